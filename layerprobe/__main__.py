@@ -1,0 +1,3 @@
+from layerprobe.cli import main
+
+main()

@@ -1,0 +1,39 @@
+"""Typer app: one module per command; options build a config, one library call does the work."""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from layerprobe.cli.angular import angular
+
+app = typer.Typer(
+    name="layerprobe",
+    help="Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command()(angular)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from layerprobe import __version__
+
+        typer.echo(f"layerprobe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    """Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms."""
+
+
+def main() -> None:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    app()

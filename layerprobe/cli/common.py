@@ -1,0 +1,71 @@
+"""What every command shares: option types, error handling, progress bars, tables."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from layerprobe.errors import LayerprobeError
+
+console = Console(stderr=True)
+out = Console()
+T = TypeVar("T")
+
+EXIT_USAGE = 2
+
+
+def fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a library function; its typed errors become one red line and exit code 2."""
+    try:
+        return fn(*args, **kwargs)
+    except LayerprobeError as exc:
+        raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]: finished work is on disk.")
+        raise typer.Exit(130) from None
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar driven by the library's (stage, done, total) callback."""
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
+    tasks: dict[str, Any] = {}
+    with Progress(*columns, console=console, transient=False, disable=not sys.stderr.isatty()) as bar:
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(stage, total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        yield update
+
+
+def show_warnings(warnings: list[str]) -> None:
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+
+
+def parse_formats(value: str) -> tuple[str, ...]:
+    formats = tuple(f.strip().lower() for f in value.split(",") if f.strip())
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+    if bad or not formats:
+        raise fail(f"Unknown plot format '{','.join(bad) or value}': use png, svg, pdf (comma-separated).")
+    return formats

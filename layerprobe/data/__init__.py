@@ -1,0 +1,1 @@
+"""Probe corpora -> packed token batches."""

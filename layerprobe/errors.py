@@ -1,0 +1,29 @@
+"""Typed errors: each carries one sentence naming the problem and the fix; the CLI prints it and exits 2."""
+
+
+class LayerprobeError(Exception):
+    """Base class: a user-facing problem with a one-line message."""
+
+
+class ModelLoadError(LayerprobeError):
+    """The model or tokenizer could not be found or loaded."""
+
+
+class ArchitectureError(LayerprobeError):
+    """The stack of transformer blocks could not be located or changed."""
+
+
+class DatasetError(LayerprobeError):
+    """The probe corpus is missing, empty or malformed."""
+
+
+class ConfigError(LayerprobeError):
+    """An option or project-config value is impossible."""
+
+
+class TaskError(LayerprobeError):
+    """An evaluation task is unknown or does not fit the model."""
+
+
+class RunError(LayerprobeError):
+    """A run folder is missing, incomplete or inconsistent."""

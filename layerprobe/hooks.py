@@ -1,0 +1,87 @@
+"""Capture what enters each block (and leaves the last one) with forward hooks; nothing left behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerprobe.models.layers import BlockStack
+
+
+def block_hidden(output: Any) -> Any:
+    """The hidden state a block returns (a tensor, or the first item of a tuple in older transformers)."""
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def with_hidden(output: Any, hidden: Any) -> Any:
+    """A block output in the same shape as `output`, carrying `hidden` instead."""
+    if isinstance(output, tuple):
+        return (hidden,) + output[1:]
+    if isinstance(output, list):
+        return [hidden] + output[1:]
+    return hidden
+
+
+@dataclass
+class BlockCall:
+    """How a block was called, minus its hidden state: replayed to run the block again."""
+
+    args: tuple  # positional arguments after the hidden state
+    kwargs: dict  # keyword arguments (masks, position embeddings, ...)
+    hidden_in_kwargs: bool  # the hidden state came as kwargs["hidden_states"]
+
+    def run(self, block: Any, hidden: Any) -> Any:
+        if self.hidden_in_kwargs:
+            return block_hidden(block(*self.args, **{**self.kwargs, "hidden_states": hidden}))
+        return block_hidden(block(hidden, *self.args, **self.kwargs))
+
+
+@dataclass
+class BlockCapture:
+    """Context manager: states[l] = input of block l, states[L] = output of the last block.
+
+    With keep_calls, calls[l] records block l's other arguments so blocks can be re-run from any
+    stored input (shared-prefix pruning). Tensors are references to the current forward's
+    activations: read them before the next forward.
+    """
+
+    stack: BlockStack
+    keep_calls: bool = False
+    states: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
+    _handles: list = field(default_factory=list)
+
+    def __enter__(self) -> BlockCapture:
+        num = len(self.stack.blocks)
+        self.states = [None] * (num + 1)
+        self.calls = [None] * num
+        for index, block in enumerate(self.stack.blocks):
+            self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+        last = self.stack.blocks[num - 1]
+        self._handles.append(last.register_forward_hook(self._post_hook(num)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.states = []
+        self.calls = []
+
+    def _pre_hook(self, index: int):
+        def hook(module, args, kwargs):
+            in_kwargs = not args
+            self.states[index] = kwargs["hidden_states"] if in_kwargs else args[0]
+            if self.keep_calls:
+                rest_kwargs = {k: v for k, v in kwargs.items() if k != "hidden_states"} if in_kwargs else kwargs
+                self.calls[index] = BlockCall(tuple(args[1:]), dict(rest_kwargs), in_kwargs)
+            return None
+
+        return hook
+
+    def _post_hook(self, index: int):
+        def hook(module, args, output):
+            self.states[index] = block_hidden(output)
+            return None
+
+        return hook

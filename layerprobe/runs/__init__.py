@@ -1,0 +1,1 @@
+"""Run folders: atomic files, manifests."""

@@ -1,0 +1,71 @@
+"""manifest.json: enough to tell exactly what produced a run folder."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+FINGERPRINT_BYTES = 1 << 20  # per weight file: head and tail are hashed, plus names and sizes
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def git_commit() -> str | None:
+    """Commit of the layerprobe source tree when it is a git checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """sha256 over each weight file's name, size, first and last MiB: cheap, and changes when weights do."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".json") and p.is_file())
+    for path in files:
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with open(path, "rb") as handle:
+            digest.update(handle.read(FINGERPRINT_BYTES))
+            if size > 2 * FINGERPRINT_BYTES:
+                handle.seek(size - FINGERPRINT_BYTES)
+                digest.update(handle.read(FINGERPRINT_BYTES))
+    return "sha256-head-tail:" + digest.hexdigest()
+
+
+def start_time() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def build_manifest(command: str, config: dict[str, Any], started: str, seconds: float, **facts: Any) -> dict[str, Any]:
+    """Versions, command line, resolved config and run facts."""
+    return {
+        "command": command,
+        "layerprobe_version": _version("layerprobe"),
+        "git_commit": git_commit(),
+        "argv": sys.argv,
+        "started": started,
+        "wall_seconds": round(seconds, 3),
+        "versions": {
+            "python": platform.python_version(),
+            **{name: _version(name) for name in ("torch", "transformers", "datasets", "lm_eval", "numpy")},
+        },
+        "platform": platform.platform(),
+        "config": config,
+        **facts,
+    }

@@ -1,0 +1,82 @@
+"""Offline fixtures: tiny real models built from configs and saved to folders, the packaged MiniLM."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_VERBOSITY"] = "error"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from layerprobe.models.load import embedded_model_dir  # noqa: E402
+
+ARCHS = ("llama", "qwen2", "gpt2", "bert")
+# Where each architecture's final norm lives in its base model (None: no final norm, BERT is Post-LN).
+FINAL_NORM = {"llama": "norm", "qwen2": "norm", "gpt2": "ln_f", "bert": None}
+
+
+def tiny_config(arch: str, vocab: int, bos: int, eos: int, layers: int = 4):
+    import transformers
+
+    common = dict(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                  num_attention_heads=4, max_position_embeddings=128)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common, num_key_value_heads=2, bos_token_id=bos, eos_token_id=eos, pad_token_id=0)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(**common, num_key_value_heads=2, bos_token_id=bos, eos_token_id=eos, pad_token_id=0)
+    if arch == "gpt2":
+        return transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=layers, n_head=4, n_positions=128,
+                                       bos_token_id=bos, eos_token_id=eos)
+    if arch == "bert":
+        return transformers.BertConfig(**common)
+    raise ValueError(arch)
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    return embedded_model_dir()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(minilm_dir):
+    import transformers
+
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    tok.bos_token = "[CLS]"
+    tok.eos_token = "[SEP]"
+    return tok
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, tokenizer) -> dict[str, Path]:
+    """arch -> folder with a seeded tiny model (causal LM head, MLM head for BERT) and the tokenizer."""
+    import transformers
+
+    root = tmp_path_factory.mktemp("models")
+    folders = {}
+    for arch in ARCHS:
+        torch.manual_seed(0)
+        config = tiny_config(arch, len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
+        cls = transformers.BertForMaskedLM if arch == "bert" else transformers.AutoModelForCausalLM
+        model = cls.from_config(config) if cls is transformers.AutoModelForCausalLM else cls(config)
+        folder = root / arch
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        folders[arch] = folder
+    return folders
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    """A small English .txt corpus (Python's docs), documents separated by blank lines."""
+    from pydoc_data.topics import topics
+
+    path = tmp_path_factory.mktemp("data") / "corpus.txt"
+    path.write_text("\n\n".join(topics[k] for k in sorted(topics)[:20]), encoding="utf-8")
+    return path
