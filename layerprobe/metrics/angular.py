@@ -50,23 +50,36 @@ class AngularAccumulator:
         self.var_sum = torch.zeros(k, dtype=torch.float64, device=device)
         self.cos0_sum = torch.zeros(k, dtype=torch.float64, device=device)
         self.tokens = 0
+        self._scratch: torch.Tensor | None = None
 
     def update(self, states: list[torch.Tensor], rows: torch.Tensor | None = None) -> None:
         """Add tokens from K hidden states of shape (batch, seq, d); rows picks flat token indices."""
         d = states[0].shape[-1]
         flat = [s.reshape(-1, d) for s in states]  # K x (batch*seq, d), views
-        if rows is None:
-            rows = torch.arange(flat[0].shape[0], device=flat[0].device)
-        for start in range(0, rows.numel(), CHUNK_TOKENS):
-            index = rows[start : start + CHUNK_TOKENS]
-            x = torch.stack([f.index_select(0, index) for f in flat], dim=1).to(torch.float64)  # (t, K, d)
+        count = flat[0].shape[0]
+        if rows is not None and rows.numel() == count:
+            rows = None  # every token: slice instead of gathering
+        total = count if rows is None else rows.numel()
+        for start in range(0, total, CHUNK_TOKENS):
+            t = min(CHUNK_TOKENS, total - start)
+            x = self._buffer(t, d, flat[0].device)  # (t, K, d) float64, reused across batches
+            for k, f in enumerate(flat):
+                # One converting copy per state: no float32 stack, no separate float64 cast.
+                x[:, k].copy_(f[start : start + t] if rows is None else f.index_select(0, rows[start : start + t]))
             cos, sq = cosine_gram(x)  # (t, K, K), (t, K)
             self.dist_sum += torch.arccos(cos).sum(0) / math.pi
             self.cos0_sum += cos[:, :, 0].sum(0)
             self.norm_sum += sq.sqrt().sum(0)
             mean = x.mean(-1)  # (t, K)
             self.var_sum += (sq / d - mean * mean).sum(0)
-            self.tokens += index.numel()
+            self.tokens += t
+
+    def _buffer(self, t: int, d: int, device: torch.device) -> torch.Tensor:
+        buffer = self._scratch
+        if buffer is None or buffer.shape[0] < t or buffer.shape[2] != d or buffer.device != device:
+            buffer = torch.empty(t, self.num_states, d, dtype=torch.float64, device=device)
+            self._scratch = buffer
+        return buffer[:t]
 
     def state(self) -> torch.Tensor:
         """All sums in one flat float64 vector (for an all-reduce across processes)."""

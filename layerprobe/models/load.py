@@ -159,11 +159,12 @@ def load_model(
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     try:
         model = _auto_class(head).from_pretrained(where, config=config, dtype=getattr(torch, dtype), **common)
-    except ValueError as exc:
-        raise ModelLoadError(
-            f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: {_first_line(exc)}"
-        ) from None
-    except (OSError, RuntimeError, KeyError, EOFError) as exc:
+    except Exception as exc:  # torch, safetensors and transformers each raise their own types here
+        if "Unrecognized configuration class" in str(exc):
+            raise ModelLoadError(
+                f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "
+                "with that head or another command."
+            ) from None
         raise ModelLoadError(
             f"Could not load the weights of '{spec}': {_first_line(exc)}. Re-save the checkpoint "
             "or re-download it."
