@@ -43,3 +43,27 @@ class AngularConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class PruneConfig:
+    """`layerprobe prune`."""
+
+    task: str = "ppl"  # lm-eval task/group, squad, or a task-free metric: ppl, kl, drift
+    model: ModelOptions = field(default_factory=ModelOptions)
+    data: DataOptions = field(default_factory=lambda: DataOptions(tokens=65536))  # probe corpus of ppl/kl/drift
+    include_path: str | None = None  # folder of local lm-eval task YAML files
+    num_fewshot: int | None = None  # lm-eval few-shot examples (task default when None)
+    limit: float | None = None  # lm-eval: first N documents per task (fraction when < 1)
+    layers: str | None = None  # restrict variants to these start layers, e.g. "0,3,8-11"
+    block: int = 1  # remove this many consecutive layers per variant
+    metric: str | None = None  # metric for the summary and plot (default: the task's first)
+    shared_prefix: bool = True  # task-free metrics: restart each variant from the stored block input
+    angular: str | None = None  # angular run folder of the same model, for the Spearman correlation
+    out: str | None = None  # run folder; default reports/<model>/prune-<task>
+    resume: bool = False  # continue an interrupted run in --out
+    overwrite: bool = False  # replace an existing run folder
+    formats: tuple[str, ...] = ("png",)  # plot file formats
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -49,6 +49,7 @@ class BlockCapture:
     keep_calls: bool = False
     states: list = field(default_factory=list)
     calls: list = field(default_factory=list)
+    output_is_tuple: bool = False  # how the last block returned its hidden state
     _handles: list = field(default_factory=list)
 
     def __enter__(self) -> BlockCapture:
@@ -82,6 +83,7 @@ class BlockCapture:
     def _post_hook(self, index: int):
         def hook(module, args, output):
             self.states[index] = block_hidden(output)
+            self.output_is_tuple = isinstance(output, tuple)
             return None
 
         return hook

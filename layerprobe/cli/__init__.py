@@ -7,6 +7,7 @@ import os
 import typer
 
 from layerprobe.cli.angular import angular
+from layerprobe.cli.prune import prune
 
 app = typer.Typer(
     name="layerprobe",
@@ -16,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command()(angular)
+app.command()(prune)
 
 
 def _version(value: bool) -> None:

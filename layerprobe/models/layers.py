@@ -11,6 +11,11 @@ from layerprobe.errors import ArchitectureError
 #   LLaMA/Qwen2/Mistral/Gemma/Phi-3/OPT/GPT-NeoX/in-house `...layers`, BERT/RoBERTa `encoder.layer`,
 #   GPT-2/GPT-J/Falcon/BLOOM `transformer.h`, MPT `transformer.blocks`, T5 `block`.
 KNOWN_STACK_NAMES = ("layers", "layer", "h", "blocks", "block")
+# Bidirectional encoders: no causal LM objective, no lm-eval generation or loglikelihood tasks.
+ENCODER_MODEL_TYPES = {
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
+    "mpnet", "camembert", "modernbert", "nomic_bert", "megatron-bert", "ernie",
+}
 
 
 @dataclass
@@ -102,3 +107,8 @@ def text_config(model: Any) -> Any:
 def layer_index_owners(block: Any) -> list[Any]:
     """Sub-modules of a block that carry its position in the stack (`layer_idx`, used by KV caches)."""
     return [m for m in block.modules() if isinstance(getattr(m, "layer_idx", None), int)]
+
+
+def is_encoder(model: Any) -> bool:
+    """True for bidirectional encoders (BERT family)."""
+    return getattr(text_config(model), "model_type", None) in ENCODER_MODEL_TYPES

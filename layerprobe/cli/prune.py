@@ -1,0 +1,81 @@
+"""`layerprobe prune [MODEL] --task TASK`: remove one layer (or block) at a time, measure dP."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from layerprobe.cli import options as o
+from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
+from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+
+
+def prune(
+    model: str = typer.Argument(None, help="Hub id, local folder, or 'minilm'; default from [tool.layerprobe]."),
+    task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
+    include_path: str = typer.Option(None, "--include-path", help="Folder of local lm-eval task YAML files."),
+    num_fewshot: int = typer.Option(None, "--num-fewshot", help="lm-eval few-shot examples (task default if unset)."),
+    limit: float = typer.Option(None, "--limit", help="lm-eval: first N documents per task (a fraction if < 1)."),
+    layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
+    block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
+    metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
+    shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix",
+                                       help="ppl/kl/drift: restart each variant from the stored block input."),
+    angular_dir: str = typer.Option(None, "--angular", help="Angular run of the same model, for the correlation."),
+    dataset: str = typer.Option(None, "--dataset", help="Probe corpus of ppl/kl/drift (as in angular; default c4)."),
+    text_field: str = o.TextField,
+    tokens: int = typer.Option(None, "--tokens", help="ppl/kl/drift: token positions (default 65536)."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Packed sequence length (default 1024, capped)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per forward (default 8)."),
+    dtype: str = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16."),
+    device: str = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:N."),
+    revision: str = o.Revision,
+    trust_remote_code: bool = o.TrustRemoteCode,
+    layers_path: str = o.LayersPath,
+    out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
+    overwrite: bool = o.Overwrite,
+    formats: str = o.Formats,
+) -> None:
+    """Performance drop dP(l) = P_pruned(l) - P_original of removing each layer (or block of n)."""
+    from layerprobe.cli.common import fail
+    from layerprobe.project import find_project_config, pick
+    from layerprobe.prune import run_prune
+
+    project, _ = call(find_project_config)
+    task = pick(task, project, "task", None)
+    if task is None:
+        raise fail("No --task given: pass one (mmlu, arc_easy, ppl, kl, drift, squad, ...) or set task in [tool.layerprobe].")
+    config = PruneConfig(
+        task=task,
+        model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
+                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path),
+        data=DataOptions(pick(dataset, project, "dataset", "c4"), text_field, pick(tokens, project, "tokens", 65536),
+                         pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),
+        include_path=pick(include_path, project, "include_path", None),
+        num_fewshot=pick(num_fewshot, project, "num_fewshot", None),
+        limit=pick(limit, project, "limit", None),
+        layers=pick(layers, project, "layers", None),
+        block=pick(block, project, "block", 1),
+        metric=metric,
+        shared_prefix=shared_prefix,
+        angular=angular_dir,
+        out=out_dir or (f"{project['out']}/prune-{task}" if "out" in project else None),
+        resume=resume,
+        overwrite=overwrite,
+        formats=parse_formats(formats),
+    )
+    with progress_bar() as progress:
+        run = call(run_prune, config, progress)
+    show_warnings(run.warnings)
+    s = run.summary
+    table = Table(title=f"dP = P_pruned - P_original ({s['metric']}, baseline {s['baseline']:.4g})")
+    for column in ("removed", "pruned", "delta"):
+        table.add_column(column, justify="right")
+    main = run.table[run.table["metric"] == s["metric"]]
+    for row in main.itertuples():
+        table.add_row(str(row.removed), f"{row.pruned:.4g}", f"{row.delta:+.4g}")
+    out.print(table)
+    extra = f", Spearman(angular, dP) = {s['spearman_angular_delta']:.2f}" if s["spearman_angular_delta"] is not None else ""
+    out.print(f"least important: {', '.join(s['least_important'])}; most important: "
+              f"{', '.join(s['most_important'])}{extra} -> [bold]{run.folder}[/bold]", highlight=False)

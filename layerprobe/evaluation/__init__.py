@@ -1,0 +1,1 @@
+"""Scoring a model and its pruned variants: task-free metrics, lm-eval tasks, SQuAD."""

@@ -1,0 +1,115 @@
+"""lm-evaluation-harness: tasks built once, evaluated on the same in-memory model for every variant.
+
+The only module that imports lm_eval (lazily, inside functions).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import ConfigError, TaskError
+
+log = logging.getLogger(__name__)
+
+SEED = 1234  # lm-eval's default seeds, recorded in the summary
+FEWSHOT_SEED = 1234
+
+
+def _import_lm_eval():
+    try:
+        import lm_eval  # noqa: F401
+    except ImportError:
+        raise TaskError("lm-eval is not installed: run `pip install 'layerprobe[eval]'` (or pip install lm-eval).") from None
+
+
+@dataclass
+class HarnessTask:
+    """One lm-eval task or group, loaded once."""
+
+    name: str
+    include_path: str | None = None
+    num_fewshot: int | None = None
+    limit: float | None = None
+    bootstrap_iters: int = 1000
+    loaded: Any = None  # lm-eval's TaskDict
+    output_types: set = field(default_factory=set)
+
+    def build(self) -> HarnessTask:
+        """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
+        _import_lm_eval()
+        from lm_eval.tasks import TaskManager
+
+        if self.include_path is not None and not Path(self.include_path).exists():
+            raise TaskError(f"--include-path '{self.include_path}' does not exist: pass the folder holding your task YAML files.")
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise ConfigError(f"--num-fewshot must be 0 or more, got {self.num_fewshot}.")
+        if self.limit is not None and self.limit <= 0:
+            raise ConfigError(f"--limit must be positive, got {self.limit}.")
+        manager = None
+        if self.include_path is not None:
+            manager = TaskManager(include_path=self.include_path, include_defaults=False)
+            if self.name not in manager.all_tasks:
+                manager = None
+        if manager is None:
+            manager = TaskManager(include_path=self.include_path)
+        if self.name not in manager.all_tasks:
+            close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
+            hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
+            raise TaskError(f"Unknown task '{self.name}'.{hint}")
+        try:
+            self.loaded = manager.load([self.name])
+        except Exception as exc:  # dataset download/parsing errors surface as many types
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TaskError(f"Could not load task '{self.name}': {first}. Check its dataset (offline: local data_files).") from None
+        for task in self.loaded["tasks"].values():
+            self.output_types.add(task.get_config("output_type"))
+            if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
+                task.set_config(key="num_fewshot", value=self.num_fewshot)
+            elif task.get_config("num_fewshot") is None:
+                task.set_config(key="num_fewshot", value=0)
+            task.set_fewshot_seed(seed=FEWSHOT_SEED)
+        return self
+
+    def higher_is_better(self) -> dict[str, bool]:
+        """lm-eval's own direction of each metric."""
+        merged: dict[str, bool] = {}
+        for task in self.loaded["tasks"].values():
+            merged.update(task.higher_is_better() or {})
+        return merged
+
+    def evaluate(self, lm: Any) -> dict[str, tuple[float, float | None]]:
+        """lm-eval's own metrics for the top-level task: {'acc': (value, stderr), ...}."""
+        import numpy as np
+        import torch
+        from lm_eval.evaluator import evaluate
+
+        random.seed(SEED)
+        np.random.seed(SEED)
+        torch.manual_seed(SEED)
+        results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
+                           log_samples=False, verbosity="ERROR")
+        table = results["results"].get(self.name) or next(iter(results["results"].values()))
+        metrics: dict[str, tuple[float, float | None]] = {}
+        for key, value in table.items():
+            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+                continue
+            name, _, filt = key.partition(",")
+            label = name if filt == "none" else f"{name}[{filt}]"
+            stderr = table.get(f"{name}_stderr,{filt}")
+            metrics[label] = (float(value), float(stderr) if isinstance(stderr, (int, float)) else None)
+        if not metrics:
+            raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
+        return metrics
+
+
+def wrap_model(model: Any, tokenizer: Any, batch_size: int, max_length: int | None = None) -> Any:
+    """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it)."""
+    _import_lm_eval()
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)

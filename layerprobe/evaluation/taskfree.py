@@ -1,0 +1,129 @@
+"""Task-free pruning metrics on the probe corpus, with shared-prefix scoring.
+
+For every batch the original forward keeps the input of every block; the variant without layers
+p..p+n-1 restarts from the stored input of block p and runs only blocks p+n..L-1, then the model's
+own tail (final norm, LM head) on the result. Same numbers as deleting the layers and running the
+whole model, for about half the block-forwards.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from layerprobe.evaluation.variants import Variant
+from layerprobe.hooks import BlockCapture
+from layerprobe.models.layers import BlockStack
+from layerprobe.models.surgery import removed_layers
+
+# metric -> (model head it needs, what it means)
+METRICS = {
+    "ppl": ("causal-lm", "perplexity of the next token (lower is better)"),
+    "kl": ("causal-lm", "mean KL(original || pruned) of next-token distributions"),
+    "drift": ("base", "mean 1 - cosine of the final hidden states against the original"),
+}
+
+
+class _Replay(torch.nn.Module):
+    """Stands in for the whole block stack: returns a hidden state computed elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.value: torch.Tensor | None = None
+        self.as_tuple = False
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return (self.value,) if self.as_tuple else self.value
+
+
+@contextmanager
+def tail_only(model: Any, stack: BlockStack) -> Iterator[_Replay]:
+    """While active, model(...) skips its blocks and runs embeddings -> replay.value -> final norm, head."""
+    replay = _Replay()
+    with removed_layers(model, range(1, len(stack)), stack) as single:
+        single.blocks[0] = replay  # replaces an entry of the temporary list only
+        yield replay
+
+
+def model_output(output: Any) -> torch.Tensor:
+    """Logits of an LM head, else the final hidden state."""
+    logits = getattr(output, "logits", None)
+    return logits if logits is not None else output.last_hidden_state
+
+
+def metric_sum(metric: str, original: torch.Tensor, pruned: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
+    """(sum over positions, positions) of the metric for one batch; original/pruned: (batch, seq, V or d)."""
+    if metric == "ppl":
+        logits = pruned[:, :-1].float()
+        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        return float(nll.double().sum()), nll.numel()
+    if metric == "kl":
+        log_p = torch.log_softmax(original.float(), dim=-1)
+        log_q = torch.log_softmax(pruned.float(), dim=-1)
+        kl = (log_p.exp() * (log_p - log_q)).sum(-1)  # (batch, seq)
+        return float(kl.double().sum()), kl.numel()
+    if metric == "drift":
+        cos = torch.nn.functional.cosine_similarity(original.double(), pruned.double(), dim=-1)
+        return float((1.0 - cos).sum()), cos.numel()
+    raise ValueError(metric)
+
+
+def finish(metric: str, total: float, count: int) -> float:
+    mean = total / max(count, 1)
+    return math.exp(mean) if metric == "ppl" else mean
+
+
+@dataclass
+class Sums:
+    """Running (sum, count) per variant label, plus the unpruned model's; JSON-serializable for resume."""
+
+    baseline: list = field(default_factory=lambda: [0.0, 0])
+    variants: dict = field(default_factory=dict)
+    batches: int = 0
+
+    def add(self, key: str | None, value: tuple[float, int]) -> None:
+        slot = self.baseline if key is None else self.variants.setdefault(key, [0.0, 0])
+        slot[0] += value[0]
+        slot[1] += value[1]
+
+
+def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: Sums) -> None:
+    """Perplexity of the unpruned model; kl and drift of the model against itself are 0 by definition."""
+    if metric == "ppl":
+        sums.add(None, metric_sum(metric, original, original, ids))
+
+
+def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
+                       ids: torch.Tensor, mask: torch.Tensor, sums: Sums) -> None:
+    """One original forward; each variant restarts from the stored input of its first removed block."""
+    with BlockCapture(stack, keep_calls=True) as capture:
+        original = model_output(model(input_ids=ids, attention_mask=mask))
+        states, calls, as_tuple = list(capture.states), list(capture.calls), capture.output_is_tuple
+    add_baseline(metric, original, ids, sums)
+    blocks = list(stack.blocks)
+    with tail_only(model, stack) as replay:
+        replay.as_tuple = as_tuple
+        for variant in variants:
+            hidden = states[variant.start]  # (batch, seq, d): identical in original and variant up to here
+            for j in range(variant.start + variant.block, len(blocks)):
+                hidden = calls[j].run(blocks[j], hidden)
+            replay.value = hidden
+            pruned = model_output(model(input_ids=ids, attention_mask=mask))
+            sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+        replay.value = None
+
+
+def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
+                      ids: torch.Tensor, mask: torch.Tensor, sums: Sums) -> None:
+    """The plain way: delete the layers, run the whole model, restore; per variant."""
+    original = model_output(model(input_ids=ids, attention_mask=mask))
+    add_baseline(metric, original, ids, sums)
+    for variant in variants:
+        with removed_layers(model, variant.removed, stack):
+            pruned = model_output(model(input_ids=ids, attention_mask=mask))
+        sums.add(variant.label, metric_sum(metric, original, pruned, ids))

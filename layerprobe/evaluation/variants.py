@@ -1,0 +1,63 @@
+"""The variants of a pruning sweep: which consecutive layers each one removes."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from layerprobe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Remove layers start .. start+block-1."""
+
+    start: int
+    block: int = 1
+
+    @property
+    def removed(self) -> list[int]:
+        return list(range(self.start, self.start + self.block))
+
+    @property
+    def label(self) -> str:
+        return str(self.start) if self.block == 1 else f"{self.start}-{self.start + self.block - 1}"
+
+
+def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
+    """'0,3,8-11' -> [0, 3, 8, 9, 10, 11]; each index checked against the model."""
+    if spec is None or not spec.strip():
+        return None
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise ConfigError(f"Bad --layers item '{part}': use indices and ranges like 0,3,8-11.")
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) else low
+        if high < low:
+            raise ConfigError(f"Bad --layers range '{part}': the end is before the start.")
+        chosen.update(range(low, high + 1))
+    bad = sorted(i for i in chosen if i >= num_layers)
+    if bad:
+        raise ConfigError(f"--layers {', '.join(map(str, bad))} out of range: the model has layers 0..{num_layers - 1}.")
+    return sorted(chosen)
+
+
+def sweep(num_layers: int, block: int = 1, layers: list[int] | None = None) -> list[Variant]:
+    """One variant per start l = 0..L-block (restricted to `layers`)."""
+    if block < 1:
+        raise ConfigError(f"--block must be at least 1, got {block}.")
+    if block >= num_layers:
+        raise ConfigError(f"--block {block} would remove the whole {num_layers}-layer model: use at most {num_layers - 1}.")
+    starts = range(num_layers - block + 1)
+    if layers is not None:
+        too_late = [s for s in layers if s > num_layers - block]
+        if too_late:
+            raise ConfigError(
+                f"--layers {', '.join(map(str, too_late))} cannot start a block of {block} in a {num_layers}-layer "
+                f"model: the last start is {num_layers - block}."
+            )
+        starts = layers
+    return [Variant(s, block) for s in starts]

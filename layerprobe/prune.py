@@ -1,0 +1,210 @@
+"""run_prune(config): remove one layer (or a block) at a time and measure dP = P_pruned - P_original."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerprobe.config import PruneConfig
+from layerprobe.errors import ConfigError, RunError, TaskError
+from layerprobe.evaluation.variants import Variant, parse_layers, sweep
+from layerprobe.progress import Progress, silent
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+PREFERRED = ("acc", "acc_norm", "exact_match", "f1", "ppl", "kl", "drift")
+
+
+@dataclass
+class PruneRun:
+    """What `layerprobe prune` produced."""
+
+    folder: Path
+    table: Any  # DataFrame with COLUMNS
+    summary: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def task_kind(task: str) -> str:
+    from layerprobe.evaluation.taskfree import METRICS
+
+    if task in METRICS:
+        return "taskfree"
+    return "squad" if task == "squad" else "lm-eval"
+
+
+def head_for(task: str) -> str:
+    from layerprobe.evaluation.taskfree import METRICS
+
+    kind = task_kind(task)
+    return METRICS[task][0] if kind == "taskfree" else ("qa" if kind == "squad" else "causal-lm")
+
+
+class Ledger:
+    """prune.csv and the resume state, rewritten atomically after every finished variant or batch."""
+
+    def __init__(self, folder: Path, identity: dict, resume: bool) -> None:
+        import pandas as pd
+
+        from layerprobe.runs.folder import read_json
+
+        self.folder, self.identity = folder, identity
+        self.rows: list[dict] = []
+        self.state: dict = {}
+        state_file = folder / "state.json"
+        if resume and state_file.exists():
+            self.state = read_json(state_file)
+            saved = self.state.get("identity", {})
+            if saved != identity:
+                diff = ", ".join(k for k in identity if saved.get(k) != identity[k])
+                raise RunError(f"--resume: '{folder}' was started with different settings ({diff}): use a new --out.")
+            if (folder / "prune.csv").exists():
+                self.rows = pd.read_csv(folder / "prune.csv").to_dict("records")
+
+    def done(self) -> set[str]:
+        return {str(r["removed"]) for r in self.rows}
+
+    def save_state(self, **state: Any) -> None:
+        from layerprobe.runs.folder import write_json
+
+        self.state.update(state, identity=self.identity)
+        write_json(self.folder / "state.json", self.state)
+
+    def add(self, rows: list[dict]) -> None:
+        import pandas as pd
+
+        from layerprobe.runs.folder import write_csv
+
+        self.rows.extend(rows)
+        write_csv(self.folder / "prune.csv", pd.DataFrame(self.rows, columns=COLUMNS))
+
+
+def rows_for(variant: Variant, baseline: dict, pruned: dict) -> list[dict]:
+    return [
+        {"layer": variant.start, "block": variant.block, "removed": variant.label, "metric": name,
+         "baseline": base, "pruned": pruned[name][0], "delta": pruned[name][0] - base,
+         "baseline_stderr": base_err, "pruned_stderr": pruned[name][1]}
+        for name, (base, base_err) in baseline.items()
+    ]
+
+
+def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
+    """The sweep: baseline once, then each variant; finished work is on disk after every step."""
+    import torch
+
+    from layerprobe.angular import model_facts, prepare_probe
+    from layerprobe.models.layers import is_encoder
+    from layerprobe.runs.folder import prepare_run_dir, slug
+    from layerprobe.runs.manifest import start_time
+
+    started, clock = start_time(), time.perf_counter()
+    kind = task_kind(config.task)
+    harness = None
+    if kind == "lm-eval":  # build tasks before loading the model: a bad name fails in seconds
+        from layerprobe.evaluation.harness import HarnessTask
+
+        harness = HarnessTask(config.task, config.include_path, config.num_fewshot, config.limit).build()
+    elif kind == "squad":
+        raise TaskError("squad is not available in this version: use an lm-eval task or ppl/kl/drift.")
+    corpus, loaded, stack, seq_len, warnings = prepare_probe(config.model, config.data, head=head_for(config.task))
+    model = loaded.model
+    if kind == "lm-eval" and is_encoder(model):
+        raise TaskError(f"Task '{config.task}' needs a causal LM, and '{loaded.spec}' is an encoder: use drift or squad.")
+    if config.task in ("ppl", "kl") and is_encoder(model):
+        raise TaskError(f"--task {config.task} needs a causal LM, and '{loaded.spec}' is an encoder: use --task drift.")
+    variants = sweep(len(stack), config.block, parse_layers(config.layers, len(stack)))
+
+    out = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
+    if config.resume and not Path(out).is_dir():
+        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
+    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    identity = {"task": config.task, "model": loaded.spec, "block": config.block, "layers": config.layers,
+                "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
+                "tokens": config.data.tokens, "seq_len": seq_len}
+    ledger = Ledger(folder, identity, config.resume)
+    with torch.inference_mode():
+        if kind == "taskfree":
+            higher = False
+            _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, progress, warnings)
+        else:
+            higher = _sweep_harness(config, harness, loaded, stack, variants, ledger, progress)
+    seconds = time.perf_counter() - clock
+    facts = model_facts(loaded, stack) | {"task": config.task, "seq_len": seq_len}
+    if kind == "taskfree":
+        facts |= {"dataset": corpus.description, "tokens": ledger.state.get("tokens")}
+    else:
+        facts |= {"num_fewshot": config.num_fewshot, "limit": config.limit, "seed": 1234, "fewshot_seed": 1234}
+    from layerprobe.prune_report import write_prune_outputs
+
+    return write_prune_outputs(folder, ledger.rows, config, facts, higher, started, seconds, warnings)
+
+
+def _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, progress, warnings) -> None:
+    from layerprobe.data.packing import batches, empty_corpus_error
+    from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
+
+    metric = config.task
+    state = ledger.state.get("sums")
+    sums = Sums(**state) if state else Sums()
+    score = score_batch_shared if config.shared_prefix else score_batch_naive
+    model, device, total = loaded.model, loaded.device, config.data.tokens
+    tokens = ledger.state.get("tokens", 0)
+    progress("tokens", tokens, total)
+    stream = batches(corpus.texts(), loaded.tokenizer, seq_len, config.data.batch_size, total)
+    for index, batch in enumerate(stream):
+        if index < sums.batches:
+            continue  # finished before an interruption; the stream is deterministic
+        ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
+        score(model, stack, metric, variants, ids, mask, sums)
+        sums.batches += 1
+        tokens += batch.tokens
+        ledger.save_state(sums=sums.__dict__, tokens=tokens)
+        progress("tokens", tokens, total)
+    if tokens == 0:
+        raise empty_corpus_error(corpus.spec)
+    if tokens < total:
+        warnings.append(f"The corpus ran out: used {tokens} tokens of the {total} asked for.")
+    baseline = {metric: (finish(metric, *sums.baseline), None)}
+    rows = []
+    for variant in variants:
+        if variant.label not in ledger.done():
+            value = finish(metric, *sums.variants[variant.label])
+            rows += rows_for(variant, baseline, {metric: (value, None)})
+    ledger.add(rows)
+
+
+def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress) -> bool:
+    from layerprobe.evaluation.harness import wrap_model
+    from layerprobe.models.surgery import removed_layers
+
+    lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size)
+    baseline = ledger.state.get("baseline")
+    if baseline is None:
+        progress("variants", 0, len(variants))
+        baseline = harness.evaluate(lm)
+        ledger.save_state(baseline=baseline)
+    baseline = {k: tuple(v) for k, v in baseline.items()}
+    done = ledger.done()
+    for count, variant in enumerate(variants):
+        progress("variants", count, len(variants))
+        if variant.label in done:
+            continue
+        with removed_layers(loaded.model, variant.removed, stack):
+            pruned = harness.evaluate(lm)
+        ledger.add(rows_for(variant, baseline, pruned))
+    progress("variants", len(variants), len(variants))
+    directions = harness.higher_is_better()
+    metric = config.metric or next((m for m in PREFERRED if m in baseline), next(iter(baseline)))
+    return bool(directions.get(metric.split("[")[0], True))
+
+
+def check_metric(metric: str | None, available: list[str]) -> str:
+    if metric is None:
+        return next((m for m in PREFERRED if m in available), available[0])
+    if metric not in available:
+        raise ConfigError(f"--metric '{metric}' is not reported by this task: pick one of {', '.join(available)}.")
+    return metric
