@@ -28,7 +28,7 @@ class AngularRun:
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare_probe(model_opts, data_opts, head: str = "base"):
+def prepare_probe(model_opts, data_opts, head: str = "base", need_corpus: bool = True):
     """Shared set-up of probing commands: corpus first (cheap to reject), then model, blocks, seq-len."""
     from layerprobe.data.corpora import open_corpus
     from layerprobe.data.packing import check_sizes, max_sequence_length
@@ -36,7 +36,7 @@ def prepare_probe(model_opts, data_opts, head: str = "base"):
     from layerprobe.models.load import load_model
 
     check_sizes(data_opts.tokens, data_opts.seq_len, data_opts.batch_size)
-    corpus = open_corpus(data_opts.dataset, data_opts.text_field)
+    corpus = open_corpus(data_opts.dataset, data_opts.text_field) if need_corpus else None
     loaded = load_model(
         model_opts.model,
         head=head,

@@ -110,7 +110,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         harness = HarnessTask(config.task, config.include_path, config.num_fewshot, config.limit).build()
     elif kind == "squad":
         raise TaskError("squad is not available in this version: use an lm-eval task or ppl/kl/drift.")
-    corpus, loaded, stack, seq_len, warnings = prepare_probe(config.model, config.data, head=head_for(config.task))
+    corpus, loaded, stack, seq_len, warnings = prepare_probe(
+        config.model, config.data, head=head_for(config.task), need_corpus=kind == "taskfree"
+    )
     model = loaded.model
     if kind == "lm-eval" and is_encoder(model):
         raise TaskError(f"Task '{config.task}' needs a causal LM, and '{loaded.spec}' is an encoder: use drift or squad.")

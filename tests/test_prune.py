@@ -1,0 +1,143 @@
+"""Pruning sweeps checked against independently built shorter models and hand-computed scores."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+import torch
+import transformers
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+from layerprobe.data.corpora import open_corpus
+from layerprobe.data.packing import batches
+from layerprobe.prune import run_prune
+
+from .test_surgery import independent_pruned
+
+runner = CliRunner()
+
+
+def config(folder, tmp_path, task, **kw):
+    data = DataOptions(kw.pop("dataset", "builtin"), "text", kw.pop("tokens", 256), kw.pop("seq_len", 32), 4)
+    return PruneConfig(task=task, model=ModelOptions(str(folder), "float32", "cpu"), data=data,
+                       out=str(tmp_path / kw.pop("name", "run")), **kw)
+
+
+def reference_metric(task, full, pruned, folder, tokens, seq_len, batch_size):
+    """Hand-rolled ppl / kl / drift over the same packed batches, float64."""
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    total, count = 0.0, 0
+    for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):
+        ids = batch.input_ids
+        with torch.no_grad():
+            a, b = full(input_ids=ids), pruned(input_ids=ids)
+        if task == "drift":
+            x, y = a.last_hidden_state.double(), b.last_hidden_state.double()
+            for vx, vy in zip(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])):
+                total += 1 - float(vx @ vy) / (float(vx.norm()) * float(vy.norm()))
+                count += 1
+            continue
+        p, q = a.logits.double().log_softmax(-1), b.logits.double().log_softmax(-1)
+        if task == "ppl":
+            for row in range(ids.shape[0]):
+                for t in range(ids.shape[1] - 1):
+                    total -= float(q[row, t, ids[row, t + 1]])
+                    count += 1
+        else:
+            total += float((p.exp() * (p - q)).sum())
+            count += ids.numel()
+    return math.exp(total / count) if task == "ppl" else total / count
+
+
+@pytest.mark.parametrize("arch,task", [("llama", "ppl"), ("qwen2", "kl"), ("gpt2", "ppl"), ("bert", "drift")])
+def test_taskfree_matches_independent_models(arch, task, model_dirs, tmp_path):
+    folder = model_dirs[arch]
+    run = run_prune(config(folder, tmp_path, task))
+    table = pd.read_csv(run.folder / "prune.csv")
+    assert list(table.columns[:7]) == ["layer", "block", "removed", "metric", "baseline", "pruned", "delta"]
+    assert table["layer"].tolist() == [0, 1, 2, 3]
+    cls = {"drift": transformers.AutoModel}.get(task, transformers.AutoModelForCausalLM)
+    full = cls.from_pretrained(folder).eval()
+    for row in table.itertuples():
+        expected = reference_metric(task, full, independent_pruned(folder, cls, [row.layer]), folder, 256, 32, 4)
+        assert row.pruned == pytest.approx(expected, rel=1e-5, abs=1e-7)
+        assert row.delta == pytest.approx(row.pruned - row.baseline)
+    if task == "ppl":
+        assert table["baseline"].iloc[0] == pytest.approx(reference_metric(task, full, full, folder, 256, 32, 4), rel=1e-6)
+    else:
+        assert (table["baseline"] == 0).all()
+
+
+def test_shared_prefix_equals_naive_with_blocks(model_dirs, tmp_path):
+    shared = run_prune(config(model_dirs["llama"], tmp_path, "kl", block=2, name="a"))
+    naive = run_prune(config(model_dirs["llama"], tmp_path, "kl", block=2, shared_prefix=False, name="b"))
+    assert shared.table["removed"].tolist() == ["0-1", "1-2", "2-3"]
+    assert shared.table["pruned"].to_numpy() == pytest.approx(naive.table["pruned"].to_numpy(), rel=1e-6)
+
+
+def test_resume_after_interruption(model_dirs, tmp_path):
+    full = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", name="full"))
+    calls = []
+
+    def interrupt(stage, done, total):
+        calls.append(done)
+        if done >= 128:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", name="cut"), interrupt)
+    state = json.loads((tmp_path / "cut" / "state.json").read_text())
+    assert state["sums"]["batches"] == 1
+    resumed = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", name="cut", resume=True))
+    assert resumed.folder == tmp_path / "cut"
+    assert resumed.table["pruned"].tolist() == pytest.approx(full.table["pruned"].tolist(), rel=1e-9)
+    assert len(resumed.table) == 4
+
+
+def test_existing_run_is_not_overwritten(model_dirs, tmp_path):
+    first = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", layers="0"))
+    second = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", layers="0"))
+    assert first.folder != second.folder and first.folder.exists() and second.folder.name.startswith("run-")
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_project_config_supplies_model_and_task(model_dirs, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.layerprobe]\nmodel = "{model_dirs["llama"]}"\ntasks = ["drift"]\ndataset = "builtin"\n'
+        f'tokens = 128\nseq_len = 32\nout = "{tmp_path / "ci"}"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    result = invoke("prune", "--layers", "2-3", "--device", "cpu")
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "ci" / "prune-drift" / "prune.csv")
+    assert table["layer"].tolist() == [2, 3] and (table["metric"] == "drift").all()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--task", "drift", "--layers", "7"], "out of range"),
+    (["--task", "drift", "--layers", "x"], "Bad --layers"),
+    (["--task", "drift", "--block", "4"], "--block 4"),
+    (["--task", "ppl"], "encoder"),
+])
+def test_bad_prune_input(args, needle, model_dirs, tmp_path):
+    result = invoke("prune", model_dirs["bert"], "--dataset", "builtin", "--tokens", 64, "--out", tmp_path / "x", *args)
+    assert result.exit_code == 2, result.output
+    assert needle in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_resume_without_run_and_bad_toml(model_dirs, tmp_path, monkeypatch):
+    result = invoke("prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--out", tmp_path / "none",
+                    "--resume")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    (tmp_path / "layerprobe.toml").write_text("modle = 'x'\n")
+    monkeypatch.chdir(tmp_path)
+    result = invoke("prune", "--task", "ppl")
+    assert result.exit_code == 2 and "Did you mean: model" in result.output
