@@ -67,3 +67,26 @@ class PruneConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class GradnormConfig:
+    """`layerprobe gradnorm`."""
+
+    model: ModelOptions | None = None  # a checkpoint instead of the in-house family
+    arch: str = "llama-130m"  # in-house size (Mix-LN Table 7) when no model is given
+    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
+    alpha: float = 0.25  # Mix-LN: fraction of Post-LN layers
+    norm_type: str = "rmsnorm"  # rmsnorm or layernorm
+    tokenizer: str | None = None  # tokenizer for the in-house models (default: the embedded MiniLM's)
+    seeds: int = 3  # initializations per placement
+    batches: int = 2  # batches per initialization
+    reinit: bool = False  # with a model: re-initialize it from its config
+    device: str = "auto"  # where the in-house models are built
+    data: DataOptions = field(default_factory=lambda: DataOptions(seq_len=256, batch_size=8, tokens=0))
+    out: str | None = None  # run folder; default reports/<arch or model>/gradnorm
+    overwrite: bool = False
+    formats: tuple[str, ...] = ("png",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

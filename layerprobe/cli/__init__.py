@@ -7,6 +7,7 @@ import os
 import typer
 
 from layerprobe.cli.angular import angular
+from layerprobe.cli.gradnorm import gradnorm
 from layerprobe.cli.prune import prune
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 app.command()(angular)
 app.command()(prune)
+app.command()(gradnorm)
 
 
 def _version(value: bool) -> None:

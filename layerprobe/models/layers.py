@@ -112,3 +112,13 @@ def layer_index_owners(block: Any) -> list[Any]:
 def is_encoder(model: Any) -> bool:
     """True for bidirectional encoders (BERT family)."""
     return getattr(text_config(model), "model_type", None) in ENCODER_MODEL_TYPES
+
+
+def submodule_kind(name: str) -> str:
+    """Group a parameter of a block by its name: 'norm', 'attn' or 'mlp'."""
+    lowered = name.lower()
+    if "norm" in lowered or lowered.startswith("ln") or ".ln" in lowered:
+        return "norm"
+    if "attn" in lowered or "attention" in lowered:
+        return "attn"
+    return "mlp"

@@ -145,6 +145,8 @@ def load_model(
     import torch
     import transformers
 
+    import layerprobe.models.inhouse  # noqa: F401  (registers the in-house family with the Auto classes)
+
     if head not in HEADS:
         raise ModelLoadError(f"Unknown model head '{head}': use one of {', '.join(HEADS)}.")
     source, path = locate(spec)

@@ -1,0 +1,65 @@
+"""`layerprobe gradnorm`: per-layer gradient norms at initialization, per normalization placement."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from layerprobe.cli import options as o
+from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
+from layerprobe.config import DataOptions, GradnormConfig, ModelOptions
+
+
+def gradnorm(
+    model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family."),
+    arch: str = typer.Option("llama-130m", "--arch", help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b."),
+    norm: str = typer.Option("pre,post,mix,lns", "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich."),
+    alpha: float = typer.Option(0.25, "--alpha", help="Mix-LN: fraction of Post-LN layers, in [0, 1]."),
+    norm_type: str = typer.Option("rmsnorm", "--norm-type", help="rmsnorm or layernorm."),
+    tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer for in-house models (default: embedded MiniLM's)."),
+    seeds: int = typer.Option(3, "--seeds", help="Initializations per placement."),
+    batches: int = typer.Option(2, "--batches", help="Batches per initialization."),
+    reinit: bool = typer.Option(False, "--reinit", help="Re-initialize MODEL from its config."),
+    dataset: str = o.Dataset,
+    text_field: str = o.TextField,
+    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
+    batch_size: int = o.BatchSize,
+    device: str = o.Device,
+    revision: str = o.Revision,
+    trust_remote_code: bool = o.TrustRemoteCode,
+    layers_path: str = o.LayersPath,
+    out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<arch or model>/gradnorm)."),
+    overwrite: bool = o.Overwrite,
+    formats: str = o.Formats,
+) -> None:
+    """Gradient norm of every block (parameters and input) at initialization, for each normalization placement."""
+    from layerprobe.gradnorm import run_gradnorm
+
+    config = GradnormConfig(
+        model=ModelOptions(model, "float32", device, revision, trust_remote_code, layers_path) if model else None,
+        arch=arch,
+        norms=tuple(n.strip() for n in norm.split(",") if n.strip()),
+        alpha=alpha,
+        norm_type=norm_type,
+        tokenizer=tokenizer,
+        seeds=seeds,
+        batches=batches,
+        reinit=reinit,
+        device=device,
+        data=DataOptions(dataset, text_field, 0, seq_len, batch_size),
+        out=out_dir,
+        overwrite=overwrite,
+        formats=parse_formats(formats),
+    )
+    with progress_bar() as progress:
+        run = call(run_gradnorm, config, progress)
+    show_warnings(run.warnings)
+    table = Table(title="Gradient norm of block parameters: last third / first third of layers")
+    table.add_column("placement")
+    table.add_column("params late/early", justify="right")
+    table.add_column("input late/early", justify="right")
+    for name, info in run.summary["placements"].items():
+        fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
+        table.add_row(name, fmt(info["params_late_over_early"]), fmt(info["input_late_over_early"]))
+    out.print(table)
+    out.print(f"{run.summary['seconds']:.1f} s -> [bold]{run.folder}[/bold]", highlight=False)
