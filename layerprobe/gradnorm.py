@@ -91,7 +91,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     from layerprobe.data.corpora import open_corpus
     from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
     from layerprobe.models.inhouse import PLACEMENTS, ProbeLlamaForCausalLM, make_config
-    from layerprobe.models.layers import find_blocks, is_encoder
+    from layerprobe.models.layers import find_blocks
     from layerprobe.runs.folder import prepare_run_dir, slug
     from layerprobe.runs.manifest import start_time
 
@@ -126,13 +126,15 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     else:
         from layerprobe.models.load import load_model
 
-        probe = load_model(config.model.model, head="base", dtype="float32", device=config.model.device,
-                           revision=config.model.revision, trust_remote_code=config.model.trust_remote_code)
-        encoder = is_encoder(probe.model)
+        from layerprobe.models.layers import ENCODER_MODEL_TYPES
+        from layerprobe.models.load import peek_model_type
+
+        # Encoders get a masked-LM loss, decoders a causal one: decided from the config, loaded once.
+        encoder = peek_model_type(config.model.model, config.model.revision,
+                                  config.model.trust_remote_code) in ENCODER_MODEL_TYPES
         loaded = load_model(config.model.model, head="masked-lm" if encoder else "causal-lm", dtype="float32",
                             device=config.model.device, revision=config.model.revision,
                             trust_remote_code=config.model.trust_remote_code)
-        del probe
         tokenizer, device, name = loaded.tokenizer, loaded.device, loaded.spec
         cases = [("reinit" if config.reinit else "as-is", loaded)]
 

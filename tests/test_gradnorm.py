@@ -121,3 +121,14 @@ def test_gradnorm_cli_end_to_end(tmp_path):
 def test_gradnorm_bad_input(args, needle):
     result = runner.invoke(app, ["gradnorm", "--dataset", "builtin", *args])
     assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
+
+
+@pytest.mark.parametrize("arch,extra,label", [("gpt2", [], "as-is"), ("bert", ["--reinit"], "reinit")])
+def test_gradnorm_on_checkpoints(arch, extra, label, model_dirs, tmp_path):
+    result = runner.invoke(app, ["gradnorm", str(model_dirs[arch]), *extra, "--seeds", "1", "--batches", "1",
+                                 "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2",
+                                 "--out", str(tmp_path / "g")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
+    assert set(table["norm"]) == {label} and sorted(set(table["layer"])) == [0, 1, 2, 3]
+    assert (table[(table.kind == "params") & (table.module == "block")]["grad_norm"] > 0).all()

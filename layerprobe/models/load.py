@@ -116,6 +116,20 @@ def check_model_folder(path: Path) -> None:
         )
 
 
+def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: bool = False) -> str | None:
+    """The config's model_type, without loading weights."""
+    import transformers
+
+    source, path = locate(spec)
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path) if path else spec, revision=revision,
+                                                         trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(_config_problem(spec, source, exc)) from None
+    getter = getattr(config, "get_text_config", None)
+    return getattr(getter() if callable(getter) else config, "model_type", None)
+
+
 def _auto_class(head: str):
     import transformers
 
