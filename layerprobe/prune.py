@@ -200,7 +200,7 @@ def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress) -
         ledger.add(rows_for(variant, baseline, pruned))
     progress("variants", len(variants), len(variants))
     directions = harness.higher_is_better()
-    metric = config.metric or next((m for m in PREFERRED if m in baseline), next(iter(baseline)))
+    metric = check_metric(config.metric, list(baseline))
     return bool(directions.get(metric.split("[")[0], True))
 
 

@@ -47,9 +47,9 @@ def document_separator(tokenizer: Any) -> list[int]:
 
 def max_sequence_length(model: Any, tokenizer: Any) -> int | None:
     """The longest sequence the model takes (position table size, tokenizer limit)."""
-    config = model.config
-    getter = getattr(config, "get_text_config", None)
-    config = getter() if callable(getter) else config
+    from layerprobe.models.layers import text_config
+
+    config = text_config(model)
     limits = [getattr(config, name, None) for name in ("max_position_embeddings", "n_positions", "max_sequence_length")]
     limits.append(getattr(tokenizer, "model_max_length", None))
     usable = [int(x) for x in limits if isinstance(x, int) and 0 < x < UNBOUNDED]

@@ -22,12 +22,6 @@ def cosine_gram(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (gram / (norms[:, :, None] * norms[:, None, :])).clamp(-1.0, 1.0), sq
 
 
-def angular_distances(states: torch.Tensor) -> torch.Tensor:
-    """(tokens, K, d) -> (tokens, K, K): pairwise arccos(cos)/pi in float64."""
-    cos, _ = cosine_gram(states.to(torch.float64))
-    return torch.arccos(cos) / math.pi
-
-
 @dataclass
 class AngularStats:
     """Means over tokens of the K = L+1 block inputs/outputs x_0..x_L."""

@@ -98,8 +98,8 @@ def find_blocks(model: Any, layers_path: str | None = None) -> BlockStack:
 
 
 def text_config(model: Any) -> Any:
-    """The config that counts the blocks (the text config of multimodal models)."""
-    config = model.config
+    """The config that counts the blocks (the text config of multimodal models); takes a model or a config."""
+    config = getattr(model, "config", model)
     getter = getattr(config, "get_text_config", None)
     return getter() if callable(getter) else config
 

@@ -126,8 +126,9 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
                                                          trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
-    getter = getattr(config, "get_text_config", None)
-    return getattr(getter() if callable(getter) else config, "model_type", None)
+    from layerprobe.models.layers import text_config
+
+    return getattr(text_config(config), "model_type", None)
 
 
 def _auto_class(head: str):
