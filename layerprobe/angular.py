@@ -49,7 +49,7 @@ def prepare_probe(model_opts, data_opts, head: str = "base", need_corpus: bool =
     warnings = []
     seq_len = data_opts.seq_len
     limit = max_sequence_length(loaded.model, loaded.tokenizer)
-    if limit is not None and seq_len > limit:
+    if need_corpus and limit is not None and seq_len > limit:
         warnings.append(f"--seq-len {seq_len} exceeds the model's maximum; using {limit}.")
         seq_len = limit
     return corpus, loaded, stack, seq_len, warnings

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from layerprobe.training import TrainSettings
+
 
 @dataclass
 class ModelOptions:
@@ -83,6 +85,9 @@ class GradnormConfig:
     batches: int = 2  # batches per initialization
     reinit: bool = False  # with a model: re-initialize it from its config
     device: str = "auto"  # where the in-house models are built
+    dtype: str = "auto"  # parameter dtype: auto = float32 on CPU, bfloat16 on GPU
+    train: TrainSettings = field(default_factory=TrainSettings)  # --steps N: AdamW updates after init
+    record_steps: str | None = None  # steps to measure at, e.g. "0,100,500" (default: 0, quarters, end)
     data: DataOptions = field(default_factory=lambda: DataOptions(seq_len=256, batch_size=8, tokens=0))
     out: str | None = None  # run folder; default reports/<arch or model>/gradnorm
     overwrite: bool = False

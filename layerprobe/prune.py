@@ -16,7 +16,7 @@ from layerprobe.progress import Progress, silent
 log = logging.getLogger(__name__)
 
 COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
-PREFERRED = ("acc", "acc_norm", "exact_match", "f1", "ppl", "kl", "drift")
+PREFERRED = ("acc", "acc_norm", "f1", "exact_match", "ppl", "kl", "drift")
 
 
 @dataclass
@@ -103,13 +103,17 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
 
     started, clock = start_time(), time.perf_counter()
     kind = task_kind(config.task)
-    harness = None
+    harness = squad = None
     if kind == "lm-eval":  # build tasks before loading the model: a bad name fails in seconds
         from layerprobe.evaluation.harness import HarnessTask
 
         harness = HarnessTask(config.task, config.include_path, config.num_fewshot, config.limit).build()
     elif kind == "squad":
-        raise TaskError("squad is not available in this version: use an lm-eval task or ppl/kl/drift.")
+        from layerprobe.evaluation.squad import SquadTask
+
+        if config.limit is not None and config.limit <= 0:
+            raise ConfigError(f"--limit must be positive, got {config.limit}.")
+        squad = SquadTask(config.data.dataset, config.limit, config.data.batch_size).build()
     corpus, loaded, stack, seq_len, warnings = prepare_probe(
         config.model, config.data, head=head_for(config.task), need_corpus=kind == "taskfree"
     )
@@ -118,6 +122,13 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise TaskError(f"Task '{config.task}' needs a causal LM, and '{loaded.spec}' is an encoder: use drift or squad.")
     if config.task in ("ppl", "kl") and is_encoder(model):
         raise TaskError(f"--task {config.task} needs a causal LM, and '{loaded.spec}' is an encoder: use --task drift.")
+    if kind == "squad":
+        if loaded.new_head:
+            raise TaskError(
+                f"squad needs a trained question-answering head and '{loaded.spec}' has none "
+                f"({', '.join(loaded.new_head)} missing): fine-tune it on SQuAD or pass a QA checkpoint."
+            )
+        warnings += squad.prepare(model, loaded.tokenizer)
     variants = sweep(len(stack), config.block, parse_layers(config.layers, len(stack)))
 
     out = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
@@ -132,12 +143,18 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         if kind == "taskfree":
             higher = False
             _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, progress, warnings)
+        elif kind == "squad":
+            _sweep_evaluations(squad.evaluate, loaded.model, loaded.model, stack, variants, ledger, progress)
+            higher = True
         else:
             higher = _sweep_harness(config, harness, loaded, stack, variants, ledger, progress)
     seconds = time.perf_counter() - clock
-    facts = model_facts(loaded, stack) | {"task": config.task, "seq_len": seq_len}
+    facts = model_facts(loaded, stack) | {"task": config.task}
     if kind == "taskfree":
-        facts |= {"dataset": corpus.description, "tokens": ledger.state.get("tokens")}
+        facts |= {"dataset": corpus.description, "tokens": ledger.state.get("tokens"), "seq_len": seq_len}
+    elif kind == "squad":
+        facts |= {"dataset": config.data.dataset, "questions": len(squad.questions), "windows": len(squad.windows.input_ids),
+                  "limit": config.limit, "max_length": squad.max_length, "doc_stride": squad.stride}
     else:
         facts |= {"num_fewshot": config.num_fewshot, "limit": config.limit, "seed": 1234, "fewshot_seed": 1234}
     from layerprobe.prune_report import write_prune_outputs
@@ -181,13 +198,22 @@ def _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, pr
 
 def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress) -> bool:
     from layerprobe.evaluation.harness import wrap_model
-    from layerprobe.models.surgery import removed_layers
 
     lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size)
+    baseline = _sweep_evaluations(harness.evaluate, lm, loaded.model, stack, variants, ledger, progress)
+    directions = harness.higher_is_better()
+    metric = check_metric(config.metric, list(baseline))
+    return bool(directions.get(metric.split("[")[0], True))
+
+
+def _sweep_evaluations(evaluate, subject, model, stack, variants, ledger, progress) -> dict:
+    """Baseline once, then evaluate(subject) with each variant's layers removed from model; returns the baseline."""
+    from layerprobe.models.surgery import removed_layers
+
     baseline = ledger.state.get("baseline")
     if baseline is None:
         progress("variants", 0, len(variants))
-        baseline = harness.evaluate(lm)
+        baseline = evaluate(subject)
         ledger.save_state(baseline=baseline)
     baseline = {k: tuple(v) for k, v in baseline.items()}
     done = ledger.done()
@@ -195,13 +221,11 @@ def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress) -
         progress("variants", count, len(variants))
         if variant.label in done:
             continue
-        with removed_layers(loaded.model, variant.removed, stack):
-            pruned = harness.evaluate(lm)
+        with removed_layers(model, variant.removed, stack):
+            pruned = evaluate(subject)
         ledger.add(rows_for(variant, baseline, pruned))
     progress("variants", len(variants), len(variants))
-    directions = harness.higher_is_better()
-    metric = check_metric(config.metric, list(baseline))
-    return bool(directions.get(metric.split("[")[0], True))
+    return baseline
 
 
 def check_metric(metric: str | None, available: list[str]) -> str:

@@ -85,6 +85,11 @@ def test_gradient_norms_match_hand_unrolled_autograd():
         assert got[("input", "block")] == pytest.approx(per_token, rel=1e-6)
         assert got[("params", "block")] == pytest.approx(whole, rel=1e-6)
         assert got[("params", "attn")] == pytest.approx(attn, rel=1e-6)
+        variance = rows[(rows.layer == layer) & (rows.kind == "variance")]["variance"].item()
+        out = xs[layer + 1].detach().double()
+        by_hand = ((out - out.mean(-1, keepdim=True)) ** 2).mean(-1).mean().item()  # per-token variance, averaged
+        assert variance == pytest.approx(by_hand, rel=1e-9)
+    assert all(p.requires_grad for p in model.parameters())  # embeddings and head unfrozen again
 
 
 def test_inhouse_folder_round_trips_and_probes(tmp_path, tokenizer):
@@ -112,7 +117,78 @@ def test_gradnorm_cli_end_to_end(tmp_path):
     assert (tmp_path / "g" / "gradnorm.png").is_file()
 
 
+def test_lr_schedule_by_hand():
+    from layerprobe.training import TrainSettings, lr_factor
+
+    s = TrainSettings(steps=10, lr=1.0, warmup=2)
+    assert [lr_factor(i, s) for i in (0, 1)] == [0.5, 1.0]  # linear warmup
+    assert lr_factor(2, s) == pytest.approx(1.0)  # cosine starts at the peak
+    assert lr_factor(6, s) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 4 / 8)))
+    assert lr_factor(10, s) == pytest.approx(0.1)  # ends at 10%
+
+
+def test_training_matches_a_plain_adamw_loop():
+    from layerprobe.training import TrainSettings, lr_factor, train
+
+    settings = TrainSettings(steps=4, lr=3e-3, warmup=1, clip=0.5)
+    batches = [torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(i)) for i in range(4)]
+    model, reference = tiny("lns"), tiny("lns")
+    losses = []
+    train(model, iter((b, torch.ones_like(b), b) for b in batches), settings, lambda step, loss: losses.append(loss))
+    # Reference: torch's AdamW stepped by hand, lr set per step, loss written out from the logits.
+    opt = torch.optim.AdamW(reference.parameters(), lr=settings.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    for step, ids in enumerate(batches):
+        for group in opt.param_groups:
+            group["lr"] = settings.lr * lr_factor(step, settings)
+        opt.zero_grad()
+        logits = reference(ids).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, 50), ids[:, 1:].reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(reference.parameters()), 0.5)
+        opt.step()
+        assert losses[step] == pytest.approx(loss.item(), rel=1e-5)
+    for (name, a), b in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, msg=name)
+
+
+def test_gradnorm_steps_cli(tmp_path):
+    result = runner.invoke(app, ["gradnorm", "--arch", "tiny", "--norm", "pre,lns", "--seeds", "1", "--batches", "1",
+                                 "--steps", "6", "--record-steps", "0,3,6", "--lr", "3e-3", "--dataset", "builtin",
+                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g")])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
+    variance = pd.read_csv(tmp_path / "g" / "variance.csv")
+    loss = pd.read_csv(tmp_path / "g" / "loss.csv")
+    assert sorted(table["step"].unique()) == [0, 3, 6] and sorted(variance["step"].unique()) == [0, 3, 6]
+    assert len(variance) == 2 * 3 * 4 and (variance["variance"] > 0).all()
+    assert sorted(loss["step"].unique()) == list(range(1, 7)) and set(loss["norm"]) == {"pre", "lns"}
+    assert (tmp_path / "g" / "variance.png").is_file()
+    summary = (tmp_path / "g" / "summary.json").read_text()
+    assert '"steps": 6' in summary and "final_loss" in summary
+
+
+def test_build_allocates_once_in_the_asked_dtype():
+    from layerprobe.models.inhouse import ProbeLlamaForCausalLM, build
+
+    torch.manual_seed(0)
+    model = build(make_config("tiny", "deepnorm", vocab_size=1000), "cpu", torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert float(model.model.embed_tokens.weight.detach().float().std()) == pytest.approx(0.02, rel=0.05)
+    assert torch.equal(model.model.layers[0].attn_norm.weight.float(), torch.ones(64))
+    v = model.model.layers[1].self_attn.v_proj.weight.detach().float()
+    assert float(v.std()) == pytest.approx((8 * 4) ** -0.25 * math.sqrt(2 / (64 + 64)), rel=0.1)  # DeepNet init
+    # llama-7b (Mix-LN Table 7) on the meta device: no memory, parameter count from the shapes by hand
+    with torch.device("meta"):
+        big = ProbeLlamaForCausalLM(make_config("llama-7b", "pre", vocab_size=32000))
+    d, f, L, V = 4096, 11008, 32, 32000
+    assert sum(p.numel() for p in big.parameters()) == 2 * V * d + L * (4 * d * d + 3 * d * f + 2 * d) + d
+    assert all(p.is_meta for p in big.parameters())
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["--arch", "tiny", "--steps", "4", "--record-steps", "0,9"], "--record-steps"),
+    (["--arch", "tiny", "--steps", "-1"], "--steps"),
+    (["--arch", "tiny", "--steps", "4", "--lr", "0"], "--lr"),
     (["--arch", "llama-13m"], "Did you mean: llama-130m"),
     (["--arch", "tiny", "--norm", "pre,middle"], "middle"),
     (["--arch", "tiny", "--alpha", "1.5"], "[0, 1]"),

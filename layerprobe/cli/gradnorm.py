@@ -8,6 +8,7 @@ from rich.table import Table
 from layerprobe.cli import options as o
 from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
 from layerprobe.config import DataOptions, GradnormConfig, ModelOptions
+from layerprobe.training import TrainSettings
 
 
 def gradnorm(
@@ -20,6 +21,13 @@ def gradnorm(
     seeds: int = typer.Option(3, "--seeds", help="Initializations per placement."),
     batches: int = typer.Option(2, "--batches", help="Batches per initialization."),
     reinit: bool = typer.Option(False, "--reinit", help="Re-initialize MODEL from its config."),
+    steps: int = typer.Option(0, "--steps", help="Train N AdamW steps after init, measuring along the way."),
+    lr: float = typer.Option(1e-3, "--lr", help="--steps: peak learning rate (linear warmup, cosine to 10%)."),
+    warmup: int = typer.Option(None, "--warmup", help="--steps: warmup steps (default 10% of --steps)."),
+    clip: float = typer.Option(1.0, "--clip", help="--steps: max gradient norm (0 = off)."),
+    record_steps: str = typer.Option(None, "--record-steps", help="Steps to measure at, e.g. 0,100,500 "
+                                     "(default: 0, each quarter, the end)."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16."),
     dataset: str = o.Dataset,
     text_field: str = o.TextField,
     seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
@@ -32,11 +40,12 @@ def gradnorm(
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
 ) -> None:
-    """Gradient norm of every block (parameters and input) at initialization, for each normalization placement."""
+    """Gradient norm of every block (parameters and input) and its output variance at initialization
+    (and after --steps of AdamW training), for each normalization placement."""
     from layerprobe.gradnorm import run_gradnorm
 
     config = GradnormConfig(
-        model=ModelOptions(model, "float32", device, revision, trust_remote_code, layers_path) if model else None,
+        model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path) if model else None,
         arch=arch,
         norms=tuple(n.strip() for n in norm.split(",") if n.strip()),
         alpha=alpha,
@@ -46,6 +55,9 @@ def gradnorm(
         batches=batches,
         reinit=reinit,
         device=device,
+        dtype=dtype,
+        train=TrainSettings(steps, lr, steps // 10 if warmup is None else warmup, clip),
+        record_steps=record_steps,
         data=DataOptions(dataset, text_field, 0, seq_len, batch_size),
         out=out_dir,
         overwrite=overwrite,
@@ -54,12 +66,17 @@ def gradnorm(
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     show_warnings(run.warnings)
-    table = Table(title="Gradient norm of block parameters: last third / first third of layers")
+    table = Table(title="Last third of layers over first third (at the first recorded step)")
     table.add_column("placement")
-    table.add_column("params late/early", justify="right")
-    table.add_column("input late/early", justify="right")
+    for column in ("params grad", "input grad", "output variance"):
+        table.add_column(column, justify="right")
+    losses = run.summary.get("final_loss", {})
+    if losses:
+        table.add_column(f"loss @ {run.summary['steps']}", justify="right")
     for name, info in run.summary["placements"].items():
         fmt = lambda v: "-" if v is None else f"{v:.3g}"  # noqa: E731
-        table.add_row(name, fmt(info["params_late_over_early"]), fmt(info["input_late_over_early"]))
+        cells = [fmt(info["params_late_over_early"]), fmt(info["input_late_over_early"]),
+                 fmt(info["variance_late_over_early"])]
+        table.add_row(name, *cells, *([fmt(losses.get(name))] if losses else []))
     out.print(table)
     out.print(f"{run.summary['seconds']:.1f} s -> [bold]{run.folder}[/bold]", highlight=False)

@@ -6,6 +6,7 @@ The only module that imports lm_eval (lazily, inside functions).
 from __future__ import annotations
 
 import difflib
+import functools
 import logging
 import random
 from dataclasses import dataclass, field
@@ -112,4 +113,7 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, max_length: int | No
     _import_lm_eval()
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):  # layerprobe draws the progress
+        setattr(lm, name, functools.partial(getattr(lm, name), disable_tqdm=True))
+    return lm

@@ -1,4 +1,4 @@
-"""Per-block gradient norms: of the block's parameters (whole and per sub-module) and of its input."""
+"""Per-block gradient norms (of the parameters, whole and per sub-module, and of the input) and output variance."""
 
 from __future__ import annotations
 
@@ -28,3 +28,11 @@ def input_grad_norm(grad: torch.Tensor, mask: torch.Tensor | None = None) -> flo
     if mask is not None:
         return float((norms * mask).sum() / mask.sum())
     return float(norms.mean())
+
+
+def output_variance(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """Mean over tokens of the variance across features of a block's output; hidden: (batch, seq, d)."""
+    per_token = hidden.detach().double().var(dim=-1, unbiased=False)  # (batch, seq)
+    if mask is not None:
+        return float((per_token * mask).sum() / mask.sum())
+    return float(per_token.mean())

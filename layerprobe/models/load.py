@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ class LoadedModel:
     revision: str | None
     dtype: str  # resolved, e.g. "float32"
     device: str  # resolved, e.g. "cpu" or "cuda:0"
+    new_head: list[str] = field(default_factory=list)  # head weights missing from the checkpoint (randomly initialized)
 
 
 def embedded_model_dir() -> Path:
@@ -175,7 +176,9 @@ def load_model(
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     try:
-        model = _auto_class(head).from_pretrained(where, config=config, dtype=getattr(torch, dtype), **common)
+        model, info = _auto_class(head).from_pretrained(
+            where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **common
+        )
     except Exception as exc:  # torch, safetensors and transformers each raise their own types here
         if "Unrecognized configuration class" in str(exc):
             raise ModelLoadError(
@@ -197,7 +200,9 @@ def load_model(
     model.eval()
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no KV caches while probing or scoring
-    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device)
+    prefix = getattr(model, "base_model_prefix", "")
+    new_head = sorted(k for k in info.get("missing_keys", ()) if prefix and not k.startswith(prefix + "."))
+    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head)
 
 
 def _config_problem(spec: str, source: str, exc: BaseException) -> str:

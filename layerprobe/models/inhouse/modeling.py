@@ -142,6 +142,9 @@ class ProbeLlamaPreTrainedModel(PreTrainedModel):
 
     def post_init(self) -> None:
         super().post_init()
+        self._deepnorm_init()
+
+    def _deepnorm_init(self) -> None:
         # DeepNet (decoder-only): Xavier normal with gain beta = (8L)^(-1/4) on value, output and FFN; q, k gain 1.
         beta = (8.0 * self.config.num_hidden_layers) ** -0.25
         with torch.no_grad():
@@ -202,9 +205,27 @@ class ProbeLlamaForCausalLM(ProbeLlamaPreTrainedModel):
         logits = self.lm_head(hidden)  # (batch, seq, vocab)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1),
-                                   ignore_index=-100)
+            # shift the labels, not the logits: no copy of the (batch, seq, vocab) tensor
+            target = torch.full_like(labels, -100)
+            target[:, :-1] = labels[:, 1:]
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), target.view(-1), ignore_index=-100)
         return CausalLMOutput(loss=loss, logits=logits)
+
+
+def build(config: ProbeLlamaConfig, device: str = "cpu", dtype: torch.dtype = torch.float32) -> ProbeLlamaForCausalLM:
+    """A freshly initialized model, allocated once in `dtype` on `device`.
+
+    Constructed on the meta device (no memory), cast there, then given real storage and initialized in
+    place: a llama-7b in bf16 never exists as a float32 copy, nor on the CPU first.
+    """
+    with torch.device("meta"):
+        model = ProbeLlamaForCausalLM(config)
+    model = model.to(dtype).to_empty(device=device)
+    with torch.no_grad():
+        for module in model.modules():
+            model._init_weights(module)
+        model._deepnorm_init()
+    return model
 
 
 _registered = False

@@ -1,0 +1,193 @@
+"""lm-eval pruning sweep: overhead beyond the model's own forward passes, and the sweep against the lm_eval CLI.
+
+    python bench/prune_lmeval_overhead.py [--layers 12] [--hidden 512] [--docs 200] [--cli-runs 13]
+
+Builds a seeded LLaMA from a config (no download) and a local multiple-choice YAML task from Python's docs,
+then in one run:
+  1. layerprobe's sweep (baseline + one variant per layer, tasks built once, one model in memory), with hooks
+     timing every forward of the model: time outside forwards = (variant wall - forward time) / variant wall
+     (target < 5%), and each variant against plain lm-eval `evaluate` on a saved pruned checkpoint of the same
+     size loaded on its own (what layerprobe's surgery and bookkeeping add);
+  2. the usual alternative: save each pruned checkpoint and run `lm_eval --model hf` once per variant
+     (`--cli-runs K` runs the first K and extrapolates), checking the accuracies agree with the sweep's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+
+from layerprobe.evaluation.harness import HarnessTask, wrap_model  # noqa: E402
+from layerprobe.evaluation.variants import sweep  # noqa: E402
+from layerprobe.models.layers import find_blocks  # noqa: E402
+from layerprobe.models.load import embedded_model_dir, load_model  # noqa: E402
+from layerprobe.models.surgery import removed_layers  # noqa: E402
+from layerprobe.prune import Ledger, _sweep_evaluations  # noqa: E402
+
+
+def build_model(folder: Path, layers: int, hidden: int) -> None:
+    tok = transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
+    tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=3 * hidden,
+                                      num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
+                                      max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
+                                      eos_token_id=tok.eos_token_id, pad_token_id=0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def build_task(folder: Path, docs: int) -> None:
+    """Four-way multiple choice: a 40-word passage of the Python docs, pick the word that follows it."""
+    from pydoc_data.topics import topics
+
+    words = " ".join(topics[k] for k in sorted(topics)).split()
+    rng = random.Random(0)
+    with open(folder / "mc.jsonl", "w", encoding="utf-8") as f:
+        for _ in range(docs):
+            at = rng.randrange(0, len(words) - 50)
+            choices = [words[at + 40]] + [words[rng.randrange(len(words))] for _ in range(3)]
+            f.write(json.dumps({"question": " ".join(words[at:at + 40]), "choices": choices, "answer": 0}) + "\n")
+    (folder / "bench_mc.yaml").write_text(
+        "task: bench_mc\ndataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {folder / 'mc.jsonl'}\n"
+        "test_split: test\noutput_type: multiple_choice\n"
+        "doc_to_text: '{{question}}'\ndoc_to_choice: '{{choices}}'\ndoc_to_target: '{{answer}}'\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+
+
+class ForwardClock:
+    """Seconds spent inside model.forward (CPU: synchronous, so wall time of the call)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.total, self._start = 0.0, 0.0
+        model.register_forward_pre_hook(self._pre)
+        model.register_forward_hook(self._post)
+
+    def _pre(self, *_):
+        self._start = time.perf_counter()
+
+    def _post(self, *_):
+        self.total += time.perf_counter() - self._start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--layers", type=int, default=12)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--docs", type=int, default=200)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--cli-runs", type=int, default=None, help="lm_eval CLI runs (default: every variant)")
+    args = parser.parse_args()
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "model").mkdir()
+        (tmp / "tasks").mkdir()
+        build_model(tmp / "model", args.layers, args.hidden)
+        build_task(tmp / "tasks", args.docs)
+
+        # 1. layerprobe's sweep, exactly the code path of `layerprobe prune --task bench_mc`
+        t0 = time.perf_counter()
+        task = HarnessTask("bench_mc", str(tmp / "tasks")).build()
+        loaded = load_model(str(tmp / "model"), head="causal-lm", device="cpu")
+        setup = time.perf_counter() - t0
+        stack = find_blocks(loaded.model)
+        variants = sweep(len(stack), 1, None)
+        clock = ForwardClock(loaded.model)
+        lm = wrap_model(loaded.model, loaded.tokenizer, args.batch_size)
+        stamps: list[tuple[float, float]] = []
+
+        def progress(stage, done, total):
+            stamps.append((time.perf_counter(), clock.total))
+
+        (tmp / "run").mkdir()
+        ledger = Ledger(tmp / "run", {"bench": 1}, resume=False)
+        start, fwd0 = time.perf_counter(), clock.total
+        with torch.inference_mode():
+            baseline = _sweep_evaluations(task.evaluate, lm, loaded.model, stack, variants, ledger, progress)
+        sweep_wall, sweep_fwd = time.perf_counter() - start, clock.total - fwd0
+        # stamps: start of baseline, then before each variant, then the end
+        spans = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(stamps, stamps[1:])]
+        overheads = [(wall - fwd) / wall for wall, fwd in spans]
+        ours = {"baseline": baseline["acc"][0]} | {r["removed"]: r["pruned"] for r in ledger.rows if r["metric"] == "acc"}
+
+        print(f"model: LLaMA {args.layers} layers, hidden {args.hidden}; task: {args.docs} docs x 4 choices; "
+              f"batch {args.batch_size}; {torch.get_num_threads()} threads")
+        print(f"layerprobe sweep ({len(spans)} evaluations): {sweep_wall:.1f} s, of which model forwards "
+              f"{sweep_fwd:.1f} s; set-up (tasks + model) {setup:.1f} s")
+        print(f"per-evaluation overhead beyond forwards: median {statistics.median(overheads):.1%}, "
+              f"max {max(overheads):.1%}, whole sweep {(sweep_wall - sweep_fwd) / sweep_wall:.1%}  (target < 5%)")
+
+        # plain lm-eval on an independently loaded pruned checkpoint (middle layer removed)
+        middle = variants[len(variants) // 2]
+        with removed_layers(loaded.model, middle.removed, stack):
+            loaded.model.save_pretrained(tmp / "plain")
+        loaded.tokenizer.save_pretrained(tmp / "plain")
+        plain_model = load_model(str(tmp / "plain"), head="causal-lm", device="cpu")
+        plain_lm = wrap_model(plain_model.model, plain_model.tokenizer, args.batch_size)
+        plain = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            with torch.inference_mode():
+                task.evaluate(plain_lm)
+            plain.append(time.perf_counter() - t0)
+        variant_walls = [wall for wall, _ in spans[1:]]
+        print(f"variant in the sweep vs plain lm-eval evaluate of a pruned checkpoint: median "
+              f"{statistics.median(variant_walls):.2f} s vs {min(plain):.2f} s, ratio "
+              f"{statistics.median(variant_walls) / min(plain):.3f}")
+
+        # 2. the lm_eval CLI once per variant, each on its own saved pruned checkpoint
+        labels = ["baseline"] + [v.label for v in variants]
+        runs = min(args.cli_runs or len(labels), len(labels))
+        lm_eval = [sys.executable, "-m", "lm_eval"]
+        cli_times, save_times, agree = [], [], True
+        for label in labels[:runs]:
+            folder = tmp / f"pruned-{label}"
+            t0 = time.perf_counter()
+            if label == "baseline":
+                loaded.model.save_pretrained(folder)
+            else:
+                with removed_layers(loaded.model, [int(label)], stack):
+                    loaded.model.save_pretrained(folder)
+            loaded.tokenizer.save_pretrained(folder)
+            save_times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run(lm_eval + ["--model", "hf", "--model_args", f"pretrained={folder},dtype=float32",
+                                      "--tasks", "bench_mc", "--include_path", str(tmp / "tasks"), "--device", "cpu",
+                                      "--batch_size", str(args.batch_size), "--output_path", str(tmp / f"out-{label}")],
+                           check=True, capture_output=True)
+            cli_times.append(time.perf_counter() - t0)
+            result = json.loads(next((tmp / f"out-{label}").rglob("results*.json")).read_text())
+            acc = result["results"]["bench_mc"]["acc,none"]
+            agree &= abs(acc - ours[label]) < 1e-9
+            print(f"  lm_eval CLI, {label:>8}: {cli_times[-1]:5.1f} s (+ save {save_times[-1]:.1f} s), "
+                  f"acc {acc:.4f} vs sweep {ours[label]:.4f}")
+        per_run = statistics.mean(cli_times) + statistics.mean(save_times)
+        total_cli = per_run * len(labels)
+        ours_total = sweep_wall + setup
+        kind = "measured" if runs == len(labels) else f"extrapolated from {runs} runs"
+        print(f"lm_eval CLI once per variant ({len(labels)} runs, {kind}): {total_cli:.1f} s; "
+              f"layerprobe sweep incl. set-up: {ours_total:.1f} s; ratio sweep/CLI = {ours_total / total_cli:.3f}; "
+              f"accuracies agree: {agree}")
+
+
+if __name__ == "__main__":
+    main()
