@@ -119,6 +119,10 @@ def test_project_config_supplies_model_and_task(model_dirs, tmp_path, monkeypatc
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "ci" / "prune-drift" / "prune.csv")
     assert table["layer"].tolist() == [2, 3] and (table["metric"] == "drift").all()
+    result = invoke("angular", "--device", "cpu")  # same project: model, corpus, tokens and out from the file
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "ci" / "angular" / "summary.json").read_text())
+    assert summary["model"] == str(model_dirs["llama"]) and summary["tokens"] == 128 and summary["seq_len"] == 32
 
 
 @pytest.mark.parametrize("args,needle", [

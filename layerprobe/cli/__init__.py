@@ -7,8 +7,11 @@ import os
 import typer
 
 from layerprobe.cli.angular import angular
+from layerprobe.cli.compare import compare
+from layerprobe.cli.demo import demo
 from layerprobe.cli.gradnorm import gradnorm
 from layerprobe.cli.prune import prune
+from layerprobe.cli.report import report
 
 app = typer.Typer(
     name="layerprobe",
@@ -20,6 +23,9 @@ app = typer.Typer(
 app.command()(angular)
 app.command()(prune)
 app.command()(gradnorm)
+app.command()(report)
+app.command()(compare)
+app.command()(demo)
 
 
 def _version(value: bool) -> None:

@@ -11,15 +11,17 @@ from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
 
 def angular(
-    model: str = typer.Argument("minilm", help="Hub id, local folder, or 'minilm' (embedded all-MiniLM-L6-v2)."),
-    dataset: str = o.Dataset,
+    model: str = typer.Argument(None, help="Hub id, local folder, or 'minilm' (embedded all-MiniLM-L6-v2, the "
+                                "default unless [tool.layerprobe] names one)."),
+    dataset: str = typer.Option(None, "--dataset", help="c4 (hub, streamed; default), builtin (offline English), hub "
+                                "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder."),
     text_field: str = o.TextField,
-    tokens: int = o.Tokens,
-    seq_len: int = o.SeqLen,
-    batch_size: int = o.BatchSize,
+    tokens: int = typer.Option(None, "--tokens", help="Exact number of token positions to process (default 262144)."),
+    seq_len: int = typer.Option(None, "--seq-len", help="Packed sequence length, capped at the model's maximum (default 1024)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per forward pass (default 8)."),
     positions: str = typer.Option("all", "--positions", help="all tokens, or the last token of each sequence."),
-    dtype: str = o.Dtype,
-    device: str = o.Device,
+    dtype: str = typer.Option(None, "--dtype", help="auto (float32 on CPU, bfloat16 on GPU; default), float32, bfloat16, float16."),
+    device: str = typer.Option(None, "--device", help="auto (default), cpu, cuda or cuda:N."),
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
@@ -30,12 +32,16 @@ def angular(
 ) -> None:
     """Angular distance d(x_l, x_{l+n}) = arccos(cos)/pi between block inputs, for every l and n."""
     from layerprobe.angular import run_angular
+    from layerprobe.project import find_project_config, pick
 
+    project, _ = call(find_project_config)
     config = AngularConfig(
-        model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path),
-        data=DataOptions(dataset, text_field, tokens, seq_len, batch_size),
+        model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
+                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path),
+        data=DataOptions(pick(dataset, project, "dataset", "c4"), text_field, pick(tokens, project, "tokens", 262144),
+                         pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),
         positions=positions,
-        out=out_dir,
+        out=out_dir or (f"{project['out']}/angular" if "out" in project else None),
         overwrite=overwrite,
         formats=parse_formats(formats),
         top=top,

@@ -1,0 +1,33 @@
+"""`layerprobe compare BASELINE NEW`: a CI verdict, exit 0 (within tolerance), 1 (regression), 2 (unusable)."""
+
+from __future__ import annotations
+
+import typer
+
+from layerprobe.cli.common import call
+
+
+def compare(
+    baseline: str = typer.Argument(..., help="Baseline run folder (or folder of runs, e.g. a committed reports/demo)."),
+    new: str = typer.Argument(..., help="New run folder of the same command (or folder of runs, paired by path)."),
+    tolerance: list[str] = typer.Option(None, "--tolerance", help="KEY=VALUE, repeatable: angular (absolute), prune "
+                                        "(fraction of the baseline score), gradnorm, variance (relative)."),
+    fmt: str = typer.Option("text", "--format", help="text, markdown ($GITHUB_STEP_SUMMARY), json or junit."),
+    output: str = typer.Option(None, "--output", help="Also write the report to this file."),
+    max_rows: int = typer.Option(50, "--max-rows", help="Offending entries listed (all are counted)."),
+) -> None:
+    """Compare two runs metric by metric, layer by layer; name every entry outside tolerance."""
+    from pathlib import Path
+
+    from layerprobe.project import find_project_config
+    from layerprobe.runs.compare import compare_folders, parse_tolerances, render
+    from layerprobe.runs.folder import atomic_write_text
+
+    project, _ = call(find_project_config)
+    tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))
+    result = call(compare_folders, baseline, new, tolerances)
+    text = call(render, result, fmt, max_rows)
+    if output:
+        call(atomic_write_text, Path(output), text if text.endswith("\n") else text + "\n")
+    typer.echo(text)
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,30 @@
+"""`layerprobe demo`: the three measurements on embedded defaults, offline, and their report."""
+
+from __future__ import annotations
+
+import typer
+
+from layerprobe.cli.common import call, out, progress_bar, show_warnings
+
+
+def demo(
+    out_dir: str = typer.Option("reports/demo", "--out", help="Demo folder (a timestamped sibling if it exists)."),
+    quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
+) -> None:
+    """MiniLM angular + pruning sweep (drift), llama-71m gradnorm for pre/post/mix/lns, one HTML report."""
+    from layerprobe.demo import run_demo
+    from layerprobe.report.findings import findings
+    from layerprobe.runs.read import load_run
+
+    with progress_bar() as progress:
+        result = call(run_demo, out_dir, quick, overwrite, progress)
+    for part in (result.angular, result.prune, result.gradnorm):
+        show_warnings(part.warnings)
+        run = call(load_run, part.folder)
+        out.print(f"[bold]{run.command}[/bold] ({run.label})")
+        for line in findings(run):
+            out.print(f"  - {line}", highlight=False)
+    out.print(f"report -> [bold]{result.report}[/bold]", highlight=False)
+    if str(result.folder) != "reports/demo" and out_dir == "reports/demo":
+        out.print(f"check against the committed reference: layerprobe compare reports/demo {result.folder}", highlight=False)

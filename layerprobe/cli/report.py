@@ -1,0 +1,18 @@
+"""`layerprobe report RUN...`: one self-contained HTML page and its Markdown twin."""
+
+from __future__ import annotations
+
+import typer
+
+from layerprobe.cli.common import call, out
+
+
+def report(
+    runs: list[str] = typer.Argument(..., help="Run folders (or folders of runs) written by angular/prune/gradnorm."),
+    out_dir: str = typer.Option(None, "--out", help="Where report.html and report.md go (default: the runs' common parent)."),
+) -> None:
+    """Heatmaps, pruning bars, gradient-norm lines and plain-language findings for one or more runs."""
+    from layerprobe.report.page import report_runs
+
+    result = call(report_runs, runs, out_dir)
+    out.print(f"{result.runs} run(s) -> [bold]{result.html}[/bold] and {result.markdown.name}", highlight=False)

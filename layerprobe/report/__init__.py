@@ -1,0 +1,1 @@
+"""Reports: findings from the numbers, one HTML page and its Markdown twin."""

@@ -1,0 +1,115 @@
+"""Plain-language findings computed from a run's numbers (no claims the numbers do not carry)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprobe.runs.read import Run
+
+REMOVABLE = 0.2  # d(l, 1) below this: the block changes its input by less than 0.2 * pi radians (36 degrees)
+
+
+def spans(layers: list[int]) -> str:
+    """[3, 4, 5, 9] -> '3-5, 9'."""
+    parts, start = [], None
+    for i, layer in enumerate(layers):
+        if start is None:
+            start = layer
+        if i + 1 == len(layers) or layers[i + 1] != layer + 1:
+            parts.append(f"{start}-{layer}" if layer != start else f"{layer}")
+            start = None
+    return ", ".join(parts)
+
+
+def findings(run: Run) -> list[str]:
+    return {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm}[run.command](run)
+
+
+def _halves(values: list[float]) -> tuple[float, float]:
+    half = max(1, len(values) // 2)
+    return sum(values[:half]) / half, sum(values[-half:]) / half
+
+
+def _angular(run: Run) -> list[str]:
+    table = run.tables["angular"]
+    one = table[table["n"] == 1].sort_values("layer")
+    layers, values = one["layer"].tolist(), one["distance"].tolist()
+    out = []
+    small = [layer for layer, d in zip(layers, values) if d < REMOVABLE]
+    if small:
+        out.append(f"Layers {spans(small)} each change the representation by less than {REMOVABLE} (angular "
+                   f"distance d(l, 1)): candidates for removal.")
+    order = sorted(zip(values, layers))
+    out.append("Least change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[:3])
+               + "; most change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[::-1][:3]) + ".")
+    early, late = _halves(values)
+    if late < 0.8 * early:
+        out.append(f"Deep layers change the representation less than early ones (mean d(l, 1) {late:.3f} in the "
+                   f"second half vs {early:.3f} in the first): the Pre-LN signature.")
+    elif early < 0.8 * late:
+        out.append(f"Early layers change the representation less than deep ones (mean d(l, 1) {early:.3f} in the "
+                   f"first half vs {late:.3f} in the second): the Post-LN signature.")
+    else:
+        out.append(f"Change is spread evenly over depth (mean d(l, 1) {early:.3f} first half, {late:.3f} second).")
+    quarter = max(1, len(layers) // 4)
+    best = next((b for b in run.summary.get("prune_first", []) if b.get("n") == quarter), None)
+    if best and quarter > 1:
+        out.append(f"Best block of {quarter} consecutive layers to remove (Gromov et al.): layers {best['layers']}, "
+                   f"d(l, {quarter}) = {best['distance']:.3f}.")
+    return out
+
+
+def _prune(run: Run) -> list[str]:
+    s = run.summary
+    table = run.tables["prune"]
+    main = table[table["metric"] == s["metric"]]
+    higher = s.get("higher_is_better", True)
+    ordered = main.sort_values("delta", ascending=not higher)
+    out = [] if s["metric"] in ("kl", "drift") else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
+    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(3).itertuples())
+           + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(3)[::-1].itertuples())
+           + "."]
+    rho = s.get("spearman_angular_delta")
+    if rho is not None:
+        strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"
+        expected = rho < 0 if higher else rho > 0  # bigger change -> bigger loss when removed
+        how = ("layers that change the representation more cost more to remove" if expected
+               else "the opposite of the usual reading: layers that change the representation more cost less to remove")
+        out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}): {how}.")
+    return out
+
+
+def _gradnorm(run: Run) -> list[str]:
+    out = []
+    for norm, info in run.summary.get("placements", {}).items():
+        ratio = info.get("params_late_over_early")
+        if ratio is None:
+            continue
+        if ratio < 0.5:
+            verdict = "gradients shrink with depth, the Pre-LN pattern: deep layers get little of the update"
+        elif ratio > 2:
+            verdict = "gradients grow with depth: early layers get the smaller share"
+        else:
+            verdict = "gradients are balanced across depth"
+        line = f"{norm}: the last third of layers has {ratio:.2g}x the parameter gradient norm of the first third ({verdict})."
+        var = info.get("variance_late_over_early")
+        if var is not None:
+            line += f" Output variance, deep over early: {var:.2g}x."
+        out.append(line)
+    return out
+
+
+def describe(run: Run) -> list[tuple[str, Any]]:
+    """(label, value) facts for the run's header."""
+    s, m = run.summary, run.manifest
+    facts = [("command", run.command), ("model", s.get("model")), ("layers", s.get("num_layers"))]
+    if run.command == "angular":
+        facts += [("dataset", s.get("dataset")), ("tokens", s.get("tokens")), ("positions", s.get("positions"))]
+    elif run.command == "prune":
+        facts += [("task", s.get("task")), ("metric", s.get("metric")), ("block", s.get("block"))]
+    else:
+        facts += [("arch", s.get("arch")), ("seeds x batches", f"{s.get('seeds')} x {s.get('batches')}"),
+                  ("steps", s.get("steps", 0))]
+    facts += [("device / dtype", f"{s.get('device')} / {s.get('dtype')}"), ("seconds", s.get("seconds")),
+              ("started", m.get("started")), ("layerprobe", m.get("layerprobe_version"))]
+    return [(k, v) for k, v in facts if v is not None]

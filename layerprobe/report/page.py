@@ -1,0 +1,182 @@
+"""write_report(runs, out): report.html (self-contained, images embedded) and report.md (images beside it)."""
+
+from __future__ import annotations
+
+import base64
+import html
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.report.findings import describe, findings
+from layerprobe.runs.read import Run
+
+log = logging.getLogger(__name__)
+
+CSS = """
+body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
+color:#1d1d1f;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.25em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+h3{font-size:1.05em;margin:1em 0 .4em} .muted{color:#666;font-size:.9em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}
+th{background:#f4f4f6} td:first-child,th:first-child{text-align:left}
+img{max-width:100%;height:auto;border:1px solid #eee} .grid{display:flex;flex-wrap:wrap;gap:1.5em}
+.grid>section{flex:1 1 520px;min-width:0} ul.findings li{margin:.25em 0}
+details{margin:.5em 0} summary{cursor:pointer;color:#333}
+"""
+
+
+@dataclass
+class Report:
+    html: Path
+    markdown: Path
+    figures: list[Path]
+    runs: int
+
+
+def _data_table(run: Run) -> Any:
+    """The per-layer numbers worth reading next to the plot."""
+    if run.command == "angular":
+        layers = run.tables["layers"]
+        return layers[["layer", "distance_next", "norm", "cos_input"]].rename(columns={"distance_next": "d(l, 1)"})
+    if run.command == "prune":
+        table = run.tables["prune"]
+        main = table[table["metric"] == run.summary["metric"]]
+        return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
+    table = run.tables["gradnorm"]
+    if "step" in table:
+        table = table[table["step"] == table["step"].min()]
+    params = table[(table["kind"] == "params") & (table["module"] == "block")]
+    return params.pivot(index="layer", columns="norm", values="grad_norm").reset_index()
+
+
+def _figures(runs: list[Run], folder: Path) -> list[tuple[str, Path]]:
+    """Overlay plots when several runs of one command are side by side (x = relative depth)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from layerprobe.runs.folder import save_figure
+
+    made = []
+    for command, ylabel, title in (("angular", "d(l, 1)", "Angular distance of each layer, by relative depth"),
+                                   ("prune", "dP", "Performance drop of removing each layer, by relative depth")):
+        group = [r for r in runs if r.command == command]
+        if len(group) < 2:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 3.6))
+        for run in group:
+            if command == "angular":
+                t = run.tables["angular"]
+                t = t[t["n"] == 1].sort_values("layer")
+                x, y = t["layer"], t["distance"]
+            else:
+                t = run.tables["prune"]
+                t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
+                x, y = t["layer"], t["delta"]
+            depth = max(1, int(run.summary.get("num_layers") or len(t)) - 1)
+            ax.plot([v / depth for v in x], y, marker="o", markersize=3, linewidth=1.3, label=run.label)
+        ax.set_xlabel("Relative depth l / (L - 1)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=8, frameon=False)
+        fig.tight_layout()
+        path = folder / f"overlay_{command}"
+        save_figure(path, fig, ("png",))
+        plt.close(fig)
+        made.append((title, path.with_suffix(".png")))
+    return made
+
+
+def _img_tag(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _html_table(frame: Any) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    rows = "".join("<tr>" + "".join(f"<td>{_cell(v)}</td>" for v in row) + "</tr>" for row in frame.itertuples(index=False))
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _md_table(frame: Any) -> str:
+    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -> Report:
+    """One page for one or more runs; same-command runs sit side by side, with overlays across them."""
+    from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text
+
+    out.mkdir(parents=True, exist_ok=True)
+    assets = out / "report_files"
+    assets.mkdir(exist_ok=True)
+    overlays = _figures(runs, assets)
+    body_html = [f"<h1>{html.escape(title)}</h1>",
+                 f'<p class="muted">{len(runs)} run(s): ' + ", ".join(html.escape(r.label) for r in runs) + "</p>"]
+    body_md = [f"# {title}", "", f"{len(runs)} run(s): " + ", ".join(r.label for r in runs), ""]
+    for caption, path in overlays:
+        body_html += [f"<h2>{html.escape(caption)}</h2>", _img_tag(path, caption)]
+        body_md += [f"## {caption}", "", f"![{caption}](report_files/{path.name})", ""]
+    figures = [p for _, p in overlays]
+    for command in ("angular", "prune", "gradnorm"):
+        group = [r for r in runs if r.command == command]
+        if not group:
+            continue
+        heading = {"angular": "Angular distance between block inputs", "prune": "Pruning: performance drop per layer",
+                   "gradnorm": "Gradient norms by layer"}[command]
+        body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
+        body_md += [f"## {heading}", ""]
+        for index, run in enumerate(group):
+            facts = describe(run)
+            notes = findings(run)
+            body_html.append(f"<section><h3>{html.escape(run.label)}</h3>")
+            body_html.append('<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+            body_md += [f"### {run.label}", ""] + [f"- {n}" for n in notes] + [""]
+            plot = run.plot()
+            if plot is not None:
+                name = f"{command}_{index}_{plot.name}"
+                atomic_write_bytes(assets / name, plot.read_bytes())
+                figures.append(assets / name)
+                body_html.append(_img_tag(plot, f"{command} plot of {run.label}"))
+                body_md += [f"![{command} plot of {run.label}](report_files/{name})", ""]
+            fact_table = "".join(f"<tr><td>{html.escape(k)}</td><td>{_cell(v)}</td></tr>" for k, v in facts)
+            body_html.append(f"<details><summary>Run facts</summary><table>{fact_table}</table>"
+                             f'<p class="muted">{html.escape(str(run.folder))}</p></details>')
+            table = _data_table(run)
+            body_html.append(f"<details open><summary>Per-layer numbers</summary>{_html_table(table)}</details>")
+            body_html.append("</section>")
+            body_md += ["| fact | value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in facts] + [""]
+            body_md += [_md_table(table), ""]
+        body_html.append("</div>")
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}</title>"
+            f"<style>{CSS}</style></head><body>\n" + "\n".join(body_html) + "\n</body></html>\n")
+    atomic_write_text(out / "report.html", page)
+    atomic_write_text(out / "report.md", "\n".join(body_md))
+    return Report(out / "report.html", out / "report.md", figures, len(runs))
+
+
+def report_runs(paths: list[str], out: str | None = None) -> Report:
+    """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
+    import os
+
+    from layerprobe.errors import RunError
+    from layerprobe.runs.read import find_runs
+
+    if not paths:
+        raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
+    runs = [run for path in paths for run in find_runs(path).values()]
+    folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
+    models = sorted({r.model for r in runs})
+    title = f"layerprobe report: {', '.join(models[:3])}{' ...' if len(models) > 3 else ''}"
+    return write_report(runs, folder, title)

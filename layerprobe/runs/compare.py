@@ -1,0 +1,263 @@
+"""Compare two runs of one command, metric by metric and layer by layer, against tolerances: a CI verdict.
+
+Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]):
+    angular   absolute change of any d(l, n)                                   default 0.02
+    prune     change of the baseline score (in the bad direction) or of any layer's dP, as a fraction
+              of the baseline score's magnitude (or of the largest |dP| when larger: kl, drift)  default 0.05
+    gradnorm  relative change of any block's gradient norm (params or input)    default 0.25
+    variance  relative change of any block's output variance                   default 0.25
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+from xml.sax.saxutils import quoteattr
+
+from layerprobe.errors import ConfigError, RunError
+from layerprobe.runs.read import Run, find_runs
+
+DEFAULT_TOLERANCE = {"angular": 0.02, "prune": 0.05, "gradnorm": 0.25, "variance": 0.25}
+FORMATS = ("text", "markdown", "json", "junit")
+
+
+@dataclass
+class Check:
+    """One number compared."""
+
+    run: str  # run path relative to the compared folder ('' for a single run)
+    metric: str  # e.g. "angular d(l,n)", "dP acc", "baseline acc", "grad params", "variance"
+    where: str  # e.g. "l=3 n=1", "layer 5", "pre layer 3"
+    old: float
+    new: float
+    delta: float
+    limit: float  # the allowed |delta| (absolute, already scaled)
+    failed: bool
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    new: str
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    tolerance: dict = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Check]:
+        return [c for c in self.checks if c.failed]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failures else 0
+
+
+def parse_tolerances(pairs: list[str] | None, project: dict | None = None) -> dict[str, float]:
+    """Defaults, then the project's [tool.layerprobe.tolerance], then KEY=VALUE flags."""
+    tolerance = dict(DEFAULT_TOLERANCE)
+    items = list((project or {}).items()) + [_split(p) for p in pairs or []]
+    for key, value in items:
+        if key not in DEFAULT_TOLERANCE:
+            raise ConfigError(f"Unknown tolerance '{key}': use {', '.join(DEFAULT_TOLERANCE)} (e.g. --tolerance angular=0.05).")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"Tolerance {key}={value!r} is not a number.") from None
+        if not number >= 0 or math.isinf(number):
+            raise ConfigError(f"Tolerance {key} must be a finite number >= 0, got {value}.")
+        tolerance[key] = number
+    return tolerance
+
+
+def _split(pair: str) -> tuple[str, str]:
+    key, sep, value = pair.partition("=")
+    if not sep:
+        raise ConfigError(f"--tolerance '{pair}' is not KEY=VALUE, e.g. --tolerance angular=0.05.")
+    return key.strip(), value.strip()
+
+
+def compare_folders(baseline: str, new: str, tolerance: dict[str, float]) -> Comparison:
+    """Compare two runs, or two folders of runs paired by their relative paths."""
+    old_runs, new_runs = find_runs(baseline), find_runs(new)
+    if set(old_runs) != set(new_runs):
+        if len(old_runs) == 1 and len(new_runs) == 1:
+            old_runs, new_runs = {"": next(iter(old_runs.values()))}, {"": next(iter(new_runs.values()))}
+        else:
+            only_old = sorted(set(old_runs) - set(new_runs))
+            only_new = sorted(set(new_runs) - set(old_runs))
+            raise RunError(f"The folders hold different runs (only in baseline: {', '.join(only_old) or '-'}; "
+                           f"only in new: {', '.join(only_new) or '-'}): compare matching run folders.")
+    result = Comparison(baseline, new, tolerance=tolerance)
+    for name in sorted(old_runs):
+        compare_runs(old_runs[name], new_runs[name], tolerance, result, name)
+    return result
+
+
+def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparison, name: str = "") -> None:
+    where = f"'{name}': " if name else ""
+    if old.command != new.command:
+        raise RunError(f"{where}cannot compare a {old.command} run with a {new.command} run: pass two runs of one command.")
+    layers_old, layers_new = old.summary.get("num_layers"), new.summary.get("num_layers")
+    if layers_old is not None and layers_new is not None and layers_old != layers_new:
+        raise RunError(f"{where}the runs have different layer counts ({layers_old} vs {layers_new}): "
+                       "layer-by-layer comparison needs the same architecture depth.")
+    if old.model != new.model:
+        into.notes.append(f"{where}models differ: {old.model} -> {new.model}")
+    {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm}[old.command](old, new, tolerance, into, name)
+
+
+def _angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    if old.summary.get("positions") != new.summary.get("positions"):
+        raise RunError(f"angular runs measured different positions ({old.summary.get('positions')} vs "
+                       f"{new.summary.get('positions')}): compare runs made with the same --positions.")
+    a = old.tables["angular"].set_index(["layer", "n"])["distance"]
+    b = new.tables["angular"].set_index(["layer", "n"])["distance"]
+    _same_keys(a.index, b.index, "angular.csv")
+    for (layer, n), value in a.items():
+        other = float(b[(layer, n)])
+        delta = other - float(value)
+        into.checks.append(Check(name, "angular d(l,n)", f"l={layer} n={n}", float(value), other, delta,
+                                 tol["angular"], abs(delta) > tol["angular"]))
+
+
+def _prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    if old.summary.get("task") != new.summary.get("task"):
+        raise RunError(f"prune runs of different tasks ({old.summary.get('task')} vs {new.summary.get('task')}): "
+                       "compare runs of the same --task.")
+    higher = bool(old.summary.get("higher_is_better", True))
+    a, b = old.tables["prune"], new.tables["prune"]
+    for metric in a["metric"].unique():
+        pa = a[a["metric"] == metric].set_index("removed")
+        pb = b[b["metric"] == metric].set_index("removed")
+        if pb.empty:
+            raise RunError(f"the new prune run has no metric '{metric}': compare runs of the same task and settings.")
+        _same_keys(pa.index, pb.index, f"prune.csv ({metric})")
+        base_old, base_new = float(pa["baseline"].iloc[0]), float(pb["baseline"].iloc[0])
+        # scale: the baseline score, or for kl/drift (baseline 0) the largest drop the baseline run saw
+        limit = tol["prune"] * max(abs(base_old), float(pa["delta"].abs().max()), 1e-12)
+        worse = (base_old - base_new) if higher else (base_new - base_old)
+        into.checks.append(Check(name, f"baseline {metric}", "unpruned", base_old, base_new, base_new - base_old,
+                                 limit, worse > limit))
+        for removed, row in pa.iterrows():
+            other = float(pb.loc[removed, "delta"])
+            delta = other - float(row["delta"])
+            into.checks.append(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other, delta,
+                                     limit, abs(delta) > limit))
+
+
+def _gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    keys = ["norm", "step", "layer", "kind", "module"]
+    a = old.tables["gradnorm"]
+    b = new.tables["gradnorm"]
+    for frame in (a, b):
+        if "step" not in frame:
+            frame["step"] = 0
+    a = a[a["module"] == "block"].set_index(keys)["grad_norm"]
+    b = b[b["module"] == "block"].set_index(keys)["grad_norm"]
+    _same_keys(a.index, b.index, "gradnorm.csv (placements, steps, layers)")
+    for (norm, step, layer, kind, _), value in a.items():
+        _relative(into, name, f"grad {kind}", f"{norm} step {step} layer {layer}", float(value),
+                  float(b[(norm, step, layer, kind, "block")]), tol["gradnorm"])
+    if "variance" in old.tables and "variance" in new.tables:
+        va = old.tables["variance"].set_index(["norm", "step", "layer"])["variance"]
+        vb = new.tables["variance"].set_index(["norm", "step", "layer"])["variance"]
+        _same_keys(va.index, vb.index, "variance.csv")
+        for (norm, step, layer), value in va.items():
+            _relative(into, name, "variance", f"{norm} step {step} layer {layer}", float(value),
+                      float(vb[(norm, step, layer)]), tol["variance"])
+
+
+def _relative(into: Comparison, name: str, metric: str, where: str, old: float, new: float, tol: float) -> None:
+    limit = tol * abs(old)
+    into.checks.append(Check(name, metric, where, old, new, new - old, limit, abs(new - old) > limit))
+
+
+def _same_keys(a: Any, b: Any, what: str) -> None:
+    if set(a) != set(b):
+        missing, extra = sorted(set(a) - set(b), key=str)[:3], sorted(set(b) - set(a), key=str)[:3]
+        raise RunError(f"The runs cover different entries in {what} (only in baseline: {missing or '-'}; only in new: "
+                       f"{extra or '-'}): compare runs made with the same settings.")
+
+
+# ---- rendering ---------------------------------------------------------------------------------------------------
+
+def _metric_table(result: Comparison) -> list[tuple[str, int, int, float]]:
+    """(metric, checks, failed, max |delta|) per run and metric."""
+    groups: dict[str, list[Check]] = {}
+    for check in result.checks:
+        groups.setdefault(f"{check.run + ': ' if check.run else ''}{check.metric}", []).append(check)
+    return [(k, len(v), sum(c.failed for c in v), max(abs(c.delta) for c in v)) for k, v in groups.items()]
+
+
+def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:
+    """The comparison as text, markdown, json or junit XML."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"Unknown --format '{fmt}': use one of {', '.join(FORMATS)}.")
+    return {"text": _text, "markdown": _markdown, "json": _json, "junit": _junit}[fmt](result, max_rows)
+
+
+def _verdict(result: Comparison) -> str:
+    failed = len(result.failures)
+    if failed:
+        return f"REGRESSION: {failed} of {len(result.checks)} checks outside tolerance"
+    return f"OK: all {len(result.checks)} checks within tolerance"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _text(result: Comparison, max_rows: int) -> str:
+    lines = [f"layerprobe compare {result.baseline} -> {result.new}"]
+    lines += [f"note: {n}" for n in result.notes]
+    for metric, count, failed, worst in _metric_table(result):
+        lines.append(f"  {metric:<28} {count:>5} checks  {failed:>4} failed  max |delta| {_fmt(worst)}")
+    for c in result.failures[:max_rows]:
+        run = f"{c.run}: " if c.run else ""
+        lines.append(f"  FAIL {run}{c.metric} {c.where}: {_fmt(c.old)} -> {_fmt(c.new)} "
+                     f"(delta {c.delta:+.4g}, allowed {_fmt(c.limit)})")
+    if len(result.failures) > max_rows:
+        lines.append(f"  ... and {len(result.failures) - max_rows} more")
+    lines.append(_verdict(result))
+    return "\n".join(lines)
+
+
+def _markdown(result: Comparison, max_rows: int) -> str:
+    icon = ":x:" if result.failures else ":white_check_mark:"
+    lines = [f"### layerprobe compare {icon} {_verdict(result)}", "",
+             f"Baseline `{result.baseline}`, new `{result.new}`. Tolerances: "
+             + ", ".join(f"{k} {v:g}" for k, v in result.tolerance.items()) + ".", ""]
+    lines += [f"> {n}" for n in result.notes] + ([""] if result.notes else [])
+    lines += ["| metric | checks | failed | max \\|delta\\| |", "|---|---:|---:|---:|"]
+    lines += [f"| {m} | {n} | {f} | {_fmt(w)} |" for m, n, f, w in _metric_table(result)]
+    if result.failures:
+        lines += ["", "| run | metric | where | old | new | delta | allowed |", "|---|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {c.run or '.'} | {c.metric} | {c.where} | {_fmt(c.old)} | {_fmt(c.new)} | {c.delta:+.4g} | "
+                  f"{_fmt(c.limit)} |" for c in result.failures[:max_rows]]
+        if len(result.failures) > max_rows:
+            lines.append(f"\n... and {len(result.failures) - max_rows} more (see the json format).")
+    return "\n".join(lines) + "\n"
+
+
+def _json(result: Comparison, max_rows: int) -> str:
+    data = {"baseline": result.baseline, "new": result.new, "ok": not result.failures,
+            "exit_code": result.exit_code, "tolerance": result.tolerance, "notes": result.notes,
+            "checks": len(result.checks), "failed": [asdict(c) for c in result.failures],
+            "metrics": [{"metric": m, "checks": n, "failed": f, "max_abs_delta": w} for m, n, f, w in _metric_table(result)]}
+    return json.dumps(data, indent=2)
+
+
+def _junit(result: Comparison, max_rows: int) -> str:
+    cases = []
+    for c in result.checks:
+        classname = quoteattr(f"layerprobe.{c.run + '.' if c.run else ''}{c.metric}")
+        body = ""
+        if c.failed:
+            message = quoteattr(f"{c.old:.6g} -> {c.new:.6g} (delta {c.delta:+.6g}, allowed {c.limit:.6g})")
+            body = f"<failure message={message} type=\"regression\"/>"
+        cases.append(f"    <testcase classname={classname} name={quoteattr(c.where)}>{body}</testcase>")
+    head = (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>\n  <testsuite name="layerprobe compare" '
+            f'tests="{len(result.checks)}" failures="{len(result.failures)}" errors="0">')
+    return "\n".join([head, *cases, "  </testsuite>\n</testsuites>"]) + "\n"

@@ -1,0 +1,92 @@
+"""Read finished run folders back: summary, manifest and the command's CSVs, checked for completeness."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import RunError
+
+# command -> CSV files a finished run of it holds (name -> required)
+TABLES = {
+    "angular": {"angular.csv": True, "layers.csv": True},
+    "prune": {"prune.csv": True},
+    "gradnorm": {"gradnorm.csv": True, "variance.csv": False},
+}
+PLOTS = {"angular": "heatmap.png", "prune": "prune.png", "gradnorm": "gradnorm.png"}
+
+
+@dataclass
+class Run:
+    """One run folder, loaded."""
+
+    folder: Path
+    command: str  # angular, prune or gradnorm
+    summary: dict
+    manifest: dict
+    tables: dict[str, Any] = field(default_factory=dict)  # file stem -> DataFrame
+
+    @property
+    def model(self) -> str:
+        return str(self.summary.get("model", "?"))
+
+    @property
+    def label(self) -> str:
+        """Short name for tables and legends: the model, plus the placement set or task where it helps."""
+        if self.command == "prune":
+            return f"{self.model} ({self.summary.get('task')})"
+        return self.model
+
+    def plot(self) -> Path | None:
+        path = self.folder / PLOTS[self.command]
+        return path if path.is_file() else None
+
+
+def is_run(folder: Path) -> bool:
+    return (folder / "summary.json").is_file() and (folder / "manifest.json").is_file()
+
+
+def load_run(folder: str | Path) -> Run:
+    """A finished run, or a RunError naming what is wrong with the folder."""
+    import pandas as pd
+
+    from layerprobe.runs.folder import read_json
+
+    path = Path(folder)
+    if not path.is_dir():
+        raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
+    if not is_run(path):
+        raise RunError(f"'{folder}' is not a layerprobe run folder (no summary.json and manifest.json): "
+                       "pass the folder a command wrote, e.g. reports/<model>/angular.")
+    summary, manifest = read_json(path / "summary.json"), read_json(path / "manifest.json")
+    if not isinstance(summary, dict) or not isinstance(manifest, dict):
+        raise RunError(f"'{folder}' has a summary.json or manifest.json that is not a JSON object: re-run the command.")
+    command = summary.get("command")
+    if command not in TABLES:
+        raise RunError(f"'{folder}/summary.json' names no known command ({command!r}): re-run the command.")
+    tables = {}
+    for name, required in TABLES[command].items():
+        csv = path / name
+        if not csv.is_file():
+            if required:
+                raise RunError(f"Run '{folder}' is incomplete: {name} is missing. Re-run the command (or --resume).")
+            continue
+        try:
+            tables[csv.stem] = pd.read_csv(csv)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise RunError(f"'{csv}' is not a readable CSV ({str(exc).splitlines()[0]}): re-run the command.") from None
+    return Run(path, command, summary, manifest, tables)
+
+
+def find_runs(folder: str | Path) -> dict[str, Run]:
+    """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
+    if is_run(path):
+        return {"": load_run(path)}
+    found = {str(p.parent.relative_to(path)): load_run(p.parent) for p in sorted(path.rglob("summary.json"))}
+    if not found:
+        raise RunError(f"'{folder}' holds no layerprobe runs (no summary.json below it): pass a run folder.")
+    return found

@@ -1,0 +1,182 @@
+"""report, compare and demo: real runs from the quick demo, perturbed by hand where a regression is needed."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+from layerprobe.report.findings import findings, spans
+from layerprobe.runs.read import Run
+
+runner = CliRunner()
+REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "demo"
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo") / "quick"
+    result = runner.invoke(app, ["demo", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def test_demo_writes_three_runs_and_a_report(demo):
+    for name, files in {"angular": ["angular.csv", "layers.csv", "heatmap.png"], "prune-drift": ["prune.csv", "prune.png"],
+                        "gradnorm": ["gradnorm.csv", "variance.csv", "gradnorm.png"]}.items():
+        for file in files + ["summary.json", "manifest.json"]:
+            assert (demo / name / file).is_file(), (name, file)
+    assert (demo / "report.html").is_file() and (demo / "report.md").is_file()
+
+
+def test_fresh_quick_demo_matches_the_committed_reference(demo):
+    """The committed reports/demo is the baseline; a smaller fresh run must agree within loose tolerances."""
+    assert (REFERENCE / "angular" / "summary.json").is_file(), "reports/demo is committed as the reference"
+    result = invoke("compare", REFERENCE, demo, "--tolerance", "angular=0.03", "--tolerance", "prune=0.25",
+                    "--tolerance", "gradnorm=0.5", "--tolerance", "variance=0.5")
+    assert result.exit_code == 0, result.output
+    assert "OK: all" in result.output
+
+
+class Images(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.sources = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "img":
+            self.sources.append(dict(attrs)["src"])
+
+
+def test_html_report_is_self_contained_and_every_image_loads(demo):
+    page = (demo / "report.html").read_text(encoding="utf-8")
+    parser = Images()
+    parser.feed(page)
+    assert len(parser.sources) == 3  # heatmap, prune bars, gradnorm lines
+    for src in parser.sources:
+        assert src.startswith("data:image/png;base64,")  # opens offline: nothing fetched
+        pixels = mpimg.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
+        assert pixels.shape[0] > 200 and pixels.shape[1] > 300 and pixels.std() > 0.01  # a real picture, not blank
+    assert "Post-LN signature" in page  # MiniLM is BERT: early layers change least (finding from the numbers)
+    markdown = (demo / "report.md").read_text(encoding="utf-8")
+    for link in [line.split("](")[1].rstrip(")") for line in markdown.splitlines() if line.startswith("![")]:
+        assert (demo / link).is_file(), link
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_report_renders_in_headless_chromium(demo, tmp_path):
+    shot = tmp_path / "shot.png"
+    subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1280,2400", (demo / "report.html").as_uri()], check=True, capture_output=True, timeout=120)
+    pixels = mpimg.imread(shot)
+    assert pixels.shape[:2] == (2400, 1280)
+    colors = {tuple(p) for p in (pixels[::8, ::8, :3] * 255).astype(int).reshape(-1, 3)}
+    assert len(colors) > 200  # text and plots drawn, not an empty page
+
+
+def test_compare_names_the_offending_layer(demo, tmp_path):
+    new = copy(demo / "angular", tmp_path / "new")
+    table = pd.read_csv(new / "angular.csv")
+    row = (table.layer == 2) & (table.n == 1)
+    old_value = float(table.loc[row, "distance"].iloc[0])
+    table.loc[row, "distance"] += 0.05
+    table.to_csv(new / "angular.csv", index=False)
+    result = invoke("compare", demo / "angular", new, "--format", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["ok"] is False and len(data["failed"]) == 1
+    failed = data["failed"][0]
+    assert failed["where"] == "l=2 n=1" and failed["old"] == pytest.approx(old_value)
+    assert failed["delta"] == pytest.approx(0.05)
+    assert invoke("compare", demo / "angular", new, "--tolerance", "angular=0.06").exit_code == 0
+    text = invoke("compare", demo / "angular", new).output
+    assert "FAIL angular d(l,n) l=2 n=1" in text and "REGRESSION: 1 of 21" in text
+
+
+def test_compare_prune_direction_and_formats(demo, tmp_path):
+    new = copy(demo / "prune-drift", tmp_path / "new")
+    table = pd.read_csv(new / "prune.csv")
+    biggest = float(table["delta"].abs().max())
+    table.loc[table.layer == 4, "delta"] += 0.2 * biggest  # over the default 5% of the largest |dP|
+    table.to_csv(new / "prune.csv", index=False)
+    junit = invoke("compare", demo / "prune-drift", new, "--format", "junit")
+    assert junit.exit_code == 1
+    suite = ET.fromstring(junit.output).find("testsuite")
+    assert suite.get("tests") == "7" and suite.get("failures") == "1"  # baseline + 6 layers
+    failing = [c for c in suite.iter("testcase") if c.find("failure") is not None]
+    assert failing[0].get("name") == "layer 4"
+    markdown = invoke("compare", demo / "prune-drift", new, "--format", "markdown", "--output", tmp_path / "s.md")
+    assert markdown.exit_code == 1 and "| metric | checks | failed |" in markdown.output
+    assert (tmp_path / "s.md").read_text().startswith("### layerprobe compare :x:")
+
+
+def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
+    new = copy(demo / "gradnorm", tmp_path / "new")
+    table = pd.read_csv(new / "gradnorm.csv")
+    pick = (table.norm == "post") & (table.layer == 7) & (table.kind == "input") & (table.module == "block")
+    table.loc[pick, "grad_norm"] *= 1.3  # +30% against a 25% default
+    table.to_csv(new / "gradnorm.csv", index=False)
+    result = invoke("compare", demo / "gradnorm", new)
+    assert result.exit_code == 1 and "grad input post step 0 layer 7" in result.output
+    assert invoke("compare", demo / "gradnorm", new, "--tolerance", "gradnorm=0.35").exit_code == 0
+
+
+def test_compare_and_report_unusable_input(demo, tmp_path):
+    cases = []
+    cases.append((["compare", demo / "angular", demo / "gradnorm"], "cannot compare a angular run with a gradnorm"))
+    fewer = copy(demo / "angular", tmp_path / "fewer")
+    summary = json.loads((fewer / "summary.json").read_text())
+    summary["num_layers"] = 5
+    (fewer / "summary.json").write_text(json.dumps(summary))
+    cases.append((["compare", demo / "angular", fewer], "different layer counts (6 vs 5)"))
+    broken = copy(demo / "angular", tmp_path / "broken")
+    (broken / "manifest.json").write_text("{not json")
+    cases.append((["compare", demo / "angular", broken], "not valid JSON"))
+    cases.append((["report", broken], "not valid JSON"))
+    missing = copy(demo / "prune-drift", tmp_path / "missing")
+    (missing / "prune.csv").unlink()
+    cases.append((["compare", demo / "prune-drift", missing], "prune.csv is missing"))
+    cases.append((["report", tmp_path / "nothing"], "does not exist"))
+    (tmp_path / "empty").mkdir()
+    cases.append((["report", tmp_path / "empty"], "holds no layerprobe runs"))
+    cases.append((["compare", demo / "angular", demo / "angular", "--tolerance", "angle=0.1"], "Unknown tolerance 'angle'"))
+    cases.append((["compare", demo / "angular", demo / "angular", "--format", "xml"], "Unknown --format 'xml'"))
+    cases.append((["compare", demo, demo / "angular"], "different runs"))
+    for args, needle in cases:
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in " ".join(result.output.split()) and "Traceback" not in result.output, result.output
+
+
+def test_spans_and_findings_by_hand(tmp_path):
+    assert spans([3, 4, 5, 9]) == "3-5, 9" and spans([0]) == "0" and spans([]) == ""
+    # A Pre-LN-like profile written by hand: deep layers change little.
+    d1 = [0.40, 0.30, 0.25, 0.10, 0.08, 0.05, 0.06, 0.04]
+    angular = pd.DataFrame({"layer": range(8), "n": 1, "distance": d1})
+    run = Run(tmp_path, "angular", {"model": "m", "num_layers": 8,
+                                    "prune_first": [{"n": 2, "layers": "5-6", "distance": 0.09}]}, {}, {"angular": angular})
+    lines = findings(run)
+    assert lines[0].startswith("Layers 3-7 each change the representation by less than 0.2")
+    assert "layer 7 (0.040)" in lines[1] and "layer 0 (0.400)" in lines[1]
+    assert "Pre-LN signature" in lines[2]
+    assert "layers 5-6" in lines[3]
