@@ -14,6 +14,8 @@ from layerprobe.progress import Progress, silent
 
 log = logging.getLogger(__name__)
 
+RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
+
 POSITIONS = ("all", "last")
 
 
@@ -87,6 +89,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     from layerprobe.data.packing import batches, empty_corpus_error
     from layerprobe.hooks import BlockCapture
     from layerprobe.metrics.angular import AngularAccumulator
+    from layerprobe.metrics.stats import TokenSample
     from layerprobe.runs.folder import prepare_run_dir, slug
     from layerprobe.runs.manifest import start_time
 
@@ -96,6 +99,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     corpus, loaded, stack, seq_len, warnings = prepare_probe(config.model, config.data)
     model, device = loaded.model, loaded.device
     accumulator = AngularAccumulator(len(stack) + 1, device=device)
+    sample = TokenSample(len(stack) + 1, RANK_SAMPLE)  # token vectors for the effective rank of each x_l
     processed = 0
     total = config.data.tokens
     progress("tokens", 0, total)
@@ -105,6 +109,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
             model(input_ids=ids, attention_mask=mask)
             rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
             accumulator.update(capture.states, rows)
+            sample.add(capture.states, rows)
             processed += int(mask.sum())
             progress("tokens", processed, total)
     if processed == 0:
@@ -112,6 +117,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if processed < total:
         warnings.append(f"The corpus ran out: used {processed} tokens of the {total} asked for.")
     stats = accumulator.result()
+    ranks = sample.effective_ranks()
     seconds = time.perf_counter() - clock
 
     out = config.out or str(Path("reports") / slug(loaded.spec) / "angular")
@@ -124,13 +130,14 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         "positions": config.positions,
         "seq_len": seq_len,
         "batch_size": config.data.batch_size,
+        "rank_tokens": sample.count,
     }
-    run = write_angular_run(folder, stats, facts, config, started, seconds, warnings)
+    run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
     return run
 
 
 def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConfig, started: str,
-                      seconds: float, warnings: list[str]) -> AngularRun:
+                      seconds: float, warnings: list[str], ranks: list[float] | None = None) -> AngularRun:
     """angular.csv, layers.csv, heatmap, summary.json, manifest.json."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -157,6 +164,7 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
             "variance": stats.variance.numpy(),
             "distance_next": next_distance,
             "cos_input": stats.cos_input.numpy(),
+            "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
             "tokens": stats.tokens,
         }
     )

@@ -147,7 +147,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
             _sweep_evaluations(squad.evaluate, loaded.model, loaded.model, stack, variants, ledger, progress)
             higher = True
         else:
-            higher = _sweep_harness(config, harness, loaded, stack, variants, ledger, progress)
+            higher = _sweep_harness(config, harness, loaded, stack, variants, ledger, progress, warnings)
     seconds = time.perf_counter() - clock
     facts = model_facts(loaded, stack) | {"task": config.task}
     if kind == "taskfree":
@@ -196,23 +196,41 @@ def _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, pr
     ledger.add(rows)
 
 
-def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress) -> bool:
+def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress, warnings) -> bool:
     from layerprobe.evaluation.harness import wrap_model
 
-    lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size)
-    baseline = _sweep_evaluations(harness.evaluate, lm, loaded.model, stack, variants, ledger, progress)
+    shared = config.shared_prefix and harness.output_types != {"generate_until"}
+    lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size, stack, variants if shared else None)
+
+    def select(label: str | None) -> None:
+        if shared:
+            lm.active = label
+
+    # resumed after the baseline: the store of variant answers is gone, the rest is scored per variant
+    resumed = ledger.state.get("baseline") is not None and len(ledger.done()) < len(variants)
+    baseline = _sweep_evaluations(harness.evaluate, lm, loaded.model, stack, variants, ledger, progress, select)
+    if shared and "generate_until" in harness.output_types:
+        warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood requests "
+                        "shared the prefix.")
+    if shared and resumed:
+        warnings.append("Resumed after the baseline: the remaining variants were scored per variant.")
     directions = harness.higher_is_better()
     metric = check_metric(config.metric, list(baseline))
     return bool(directions.get(metric.split("[")[0], True))
 
 
-def _sweep_evaluations(evaluate, subject, model, stack, variants, ledger, progress) -> dict:
-    """Baseline once, then evaluate(subject) with each variant's layers removed from model; returns the baseline."""
+def _sweep_evaluations(evaluate, subject, model, stack, variants, ledger, progress, select=None) -> dict:
+    """Baseline once, then evaluate(subject) with each variant's layers removed from model; returns the baseline.
+
+    select(label) runs before each evaluation (None: the unpruned model), for LMs that answer variants.
+    """
     from layerprobe.models.surgery import removed_layers
 
+    select = select or (lambda label: None)
     baseline = ledger.state.get("baseline")
     if baseline is None:
         progress("variants", 0, len(variants))
+        select(None)
         baseline = evaluate(subject)
         ledger.save_state(baseline=baseline)
     baseline = {k: tuple(v) for k, v in baseline.items()}
@@ -221,6 +239,7 @@ def _sweep_evaluations(evaluate, subject, model, stack, variants, ledger, progre
         progress("variants", count, len(variants))
         if variant.label in done:
             continue
+        select(variant.label)
         with removed_layers(model, variant.removed, stack):
             pruned = evaluate(subject)
         ledger.add(rows_for(variant, baseline, pruned))

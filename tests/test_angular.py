@@ -120,3 +120,25 @@ def test_nearly_parallel_vectors_do_not_nan():
     acc.update([x, x * 1.0000001])
     assert torch.isfinite(acc.result().distance).all()
     assert acc.result().distance[0, 1].item() < 1e-3
+
+
+def test_layers_csv_effective_rank_matches_numpy(model_dirs, corpus_file, tmp_path):
+    """effective_rank of x_l over the measured tokens (all 300 here, < the 2048 sample) vs numpy's SVD."""
+    run = run_angular(config_for(model_dirs["qwen2"], tmp_path, corpus_file))
+    model = transformers.AutoModel.from_pretrained(model_dirs["qwen2"], dtype=torch.float32).eval()
+    model.norm = torch.nn.Identity()
+    tok = transformers.AutoTokenizer.from_pretrained(model_dirs["qwen2"])
+    per_layer = [[] for _ in range(5)]
+    for batch in batches(open_corpus(str(corpus_file)).texts(), tok, 48, 3, 300):
+        with torch.no_grad():
+            hidden = model(input_ids=batch.input_ids, output_hidden_states=True).hidden_states
+        for layer, h in enumerate(hidden):
+            per_layer[layer].append(h.reshape(-1, h.shape[-1]).double().numpy())
+    layers = pd.read_csv(run.folder / "layers.csv")
+    for layer in range(5):
+        cloud = np.concatenate(per_layer[layer])
+        s = np.linalg.svd(cloud - cloud.mean(0), compute_uv=False)
+        p = s / s.sum()
+        p = p[p > 0]
+        assert layers["effective_rank"].iloc[layer] == pytest.approx(math.exp(-(p * np.log(p)).sum()), rel=1e-5)
+    assert run.summary["rank_tokens"] == 300

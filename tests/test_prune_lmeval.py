@@ -99,3 +99,108 @@ def test_missing_include_path_and_encoder(model_dirs, task_dir, tmp_path):
     result = CliRunner().invoke(app, ["prune", str(model_dirs["bert"]), "--task", "tiny_mc", "--include-path",
                                       str(task_dir), "--out", str(tmp_path / "y")])
     assert result.exit_code == 2 and "encoder" in result.output
+
+
+FEWSHOT = [
+    ("Name a color of the clear sky:", ["bright blue", "deep green", "very loud noise"], 0),
+    ("Name something cold:", ["frozen ice cubes", "a hot stove", "the summer sun"], 0),
+    ("Name an animal that barks:", ["a wooden chair", "a small dog", "an old river"], 1),
+    ("Name a fruit:", ["a red apple", "a steel bolt", "a paper map"], 0),
+    ("Name a planet:", ["the kitchen sink", "the planet mars", "a blue pencil"], 1),
+    ("Name something you read:", ["a long book", "a tall tree", "a cold drink"], 0),
+    ("Name a number:", ["purple rain", "forty two", "the open door"], 1),
+    ("Name a tool:", ["a sharp hammer", "a sad song", "the evening news"], 0),
+]
+
+
+@pytest.fixture(scope="module")
+def fewshot_dir(tmp_path_factory):
+    """Multi-token choices, 2-shot from a separate split: contexts must match across variants."""
+    folder = tmp_path_factory.mktemp("fewshot")
+    (folder / "mc.jsonl").write_text("".join(json.dumps({"question": q, "choices": c, "answer": a}) + "\n"
+                                             for q, c, a in FEWSHOT))
+    (folder / "shots.jsonl").write_text("".join(json.dumps({"question": q, "choices": c, "answer": a}) + "\n"
+                                                for q, c, a in QUESTIONS))
+    (folder / "shot_mc.yaml").write_text(
+        "task: shot_mc\ndataset_path: json\n"
+        f"dataset_kwargs:\n  data_files:\n    test: {folder / 'mc.jsonl'}\n    train: {folder / 'shots.jsonl'}\n"
+        "test_split: test\nfewshot_split: train\nnum_fewshot: 2\noutput_type: multiple_choice\n"
+        "doc_to_text: '{{question}}'\ndoc_to_choice: '{{choices}}'\ndoc_to_target: '{{answer}}'\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+        "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+    return folder
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_shared_prefix_loglikelihoods_match_per_variant_hflm(arch, model_dirs, fewshot_dir):
+    """Every variant's loglikelihoods from the shared pass equal HFLM's on an independently pruned model."""
+    from lm_eval.models.huggingface import HFLM
+
+    from layerprobe.evaluation.harness import HarnessTask, wrap_model
+    from layerprobe.evaluation.variants import sweep
+    from layerprobe.models.layers import find_blocks
+    from layerprobe.models.load import load_model
+
+    folder = model_dirs[arch]
+    task = HarnessTask("shot_mc", str(fewshot_dir)).build()
+    loaded = load_model(str(folder), head="causal-lm", device="cpu")
+    stack = find_blocks(loaded.model)
+    variants = sweep(len(stack), 1, None) + sweep(len(stack), 2, [1])
+    shared = wrap_model(loaded.model, loaded.tokenizer, 3, stack, variants)
+    inner = next(iter(task.loaded["tasks"].values()))
+    inner.build_all_requests(rank=0, world_size=1)
+    requests = [r for r in inner.instances]
+    assert any(len(loaded.tokenizer.encode(" " + r.args[1], add_special_tokens=False)) > 1 for r in requests)
+    shared.active = None
+    with torch.inference_mode():
+        base = shared.loglikelihood(requests)
+        plain = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=3).loglikelihood(requests)
+    np.testing.assert_allclose([x[0] for x in base], [x[0] for x in plain], atol=1e-5)
+    assert [x[1] for x in base] == [x[1] for x in plain]
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    for variant in variants:
+        pruned = independent_pruned(folder, transformers.AutoModelForCausalLM, list(variant.removed))
+        with torch.inference_mode():
+            want = HFLM(pretrained=pruned, tokenizer=tok, batch_size=3).loglikelihood(requests)
+        shared.active = variant.label
+        computed = shared.computed
+        got = shared.loglikelihood(requests)
+        assert shared.computed == computed  # answered from the store, no forward pass
+        np.testing.assert_allclose([x[0] for x in got], [x[0] for x in want], atol=1e-5, err_msg=variant.label)
+        assert [x[1] for x in got] == [x[1] for x in want], variant.label
+
+
+def test_shared_and_plain_sweeps_agree_from_the_cli(model_dirs, fewshot_dir, tmp_path):
+    runs = {}
+    for flag in ("--shared-prefix", "--no-shared-prefix"):
+        out = tmp_path / flag
+        result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--include-path",
+                                          str(fewshot_dir), "--device", "cpu", "--batch-size", "4", "--out", str(out), flag])
+        assert result.exit_code == 0, result.output
+        runs[flag] = pd.read_csv(out / "prune.csv").sort_values(["metric", "layer"]).reset_index(drop=True)
+    a, b = runs["--shared-prefix"], runs["--no-shared-prefix"]
+    assert set(a["metric"]) == {"acc", "acc_norm"}
+    np.testing.assert_allclose(a[["baseline", "pruned", "delta"]], b[["baseline", "pruned", "delta"]], atol=1e-12)
+
+
+def test_fewshot_contexts_repeat_across_evaluations(model_dirs, fewshot_dir):
+    """lm-eval's few-shot sampler keeps its RNG between evaluations; every variant must see the same prompts."""
+    from layerprobe.evaluation.harness import HarnessTask, wrap_model
+    from layerprobe.models.load import load_model
+
+    task = HarnessTask("shot_mc", str(fewshot_dir)).build()
+    loaded = load_model(str(model_dirs["llama"]), head="causal-lm", device="cpu")
+    lm = wrap_model(loaded.model, loaded.tokenizer, 4)
+    seen = []
+    score = lm.loglikelihood
+
+    def recording(requests, **kwargs):
+        seen.append([r.args for r in requests])
+        return score(requests, **kwargs)
+
+    lm.loglikelihood = recording
+    with torch.inference_mode():
+        first, second = task.evaluate(lm), task.evaluate(lm)
+    assert len(seen) == 2 and seen[0] == seen[1]
+    assert len({args[0] for args in seen[0]}) > 1 and first == second

@@ -12,6 +12,7 @@ from layerprobe.cli.demo import demo
 from layerprobe.cli.gradnorm import gradnorm
 from layerprobe.cli.prune import prune
 from layerprobe.cli.report import report
+from layerprobe.cli.toy import toy
 
 app = typer.Typer(
     name="layerprobe",
@@ -26,6 +27,7 @@ app.command()(gradnorm)
 app.command()(report)
 app.command()(compare)
 app.command()(demo)
+app.command()(toy)
 
 
 def _version(value: bool) -> None:

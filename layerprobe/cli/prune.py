@@ -20,7 +20,8 @@ def prune(
     block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
     metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
     shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix",
-                                       help="ppl/kl/drift: restart each variant from the stored block input."),
+                                       help="Restart each variant from the stored block input (ppl/kl/drift and lm-eval "
+                                       "loglikelihood tasks); --no-shared-prefix scores each variant on its own."),
     angular_dir: str = typer.Option(None, "--angular", help="Angular run of the same model, for the correlation."),
     dataset: str = typer.Option(None, "--dataset", help="ppl/kl/drift: probe corpus (as in angular; default c4). "
                                 "squad: SQuAD .json/.jsonl or hub id (default rajpurkar/squad)."),

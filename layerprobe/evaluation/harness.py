@@ -92,6 +92,8 @@ class HarnessTask:
         random.seed(SEED)
         np.random.seed(SEED)
         torch.manual_seed(SEED)
+        for task in self.loaded["tasks"].values():  # the same few-shot examples for every variant
+            task.set_fewshot_seed(seed=FEWSHOT_SEED)
         results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
                            log_samples=False, verbosity="ERROR")
         table = results["results"].get(self.name) or next(iter(results["results"].values()))
@@ -108,12 +110,20 @@ class HarnessTask:
         return metrics
 
 
-def wrap_model(model: Any, tokenizer: Any, batch_size: int, max_length: int | None = None) -> Any:
-    """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it)."""
-    _import_lm_eval()
-    from lm_eval.models.huggingface import HFLM
+def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None) -> Any:
+    """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it).
 
-    lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length)
+    With stack and variants: the shared-prefix LM that scores every variant during the baseline pass.
+    """
+    _import_lm_eval()
+    if variants:
+        from layerprobe.evaluation.shared_lm import shared_prefix_lm
+
+        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants)
+    else:
+        from lm_eval.models.huggingface import HFLM
+
+        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):  # layerprobe draws the progress
         setattr(lm, name, functools.partial(getattr(lm, name), disable_tqdm=True))
     return lm

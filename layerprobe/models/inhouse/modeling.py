@@ -93,6 +93,21 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
+def residual_step(placement: str, x: torch.Tensor, f: Any, norm: Any, out_norm: Any = None, scale: float = 1.0,
+                  residual_alpha: float = 1.0) -> torch.Tensor:
+    """One residual sub-layer x -> x' around F, in the given placement (mix resolves to pre or post per layer).
+
+    Shared by the in-house decoder (F = attention, then MLP) and the toy residual-MLP model.
+    """
+    if placement in ("pre", "lns"):
+        return x + f(norm(x) * scale)
+    if placement in ("post", "deepnorm"):
+        return norm(residual_alpha * x + f(x))
+    if placement == "sandwich":
+        return x + out_norm(f(norm(x)))
+    raise ValueError(f"unknown placement {placement}")
+
+
 class Block(nn.Module):
     def __init__(self, config: ProbeLlamaConfig, layer_idx: int) -> None:
         super().__init__()
@@ -112,16 +127,11 @@ class Block(nn.Module):
         def attn(h):
             return self.self_attn(h, position_embeddings, attention_mask)
 
-        if p in ("pre", "lns"):
-            x = x + attn(self.attn_norm(x) * self.scale)
-            return x + self.mlp(self.mlp_norm(x) * self.scale)
-        if p in ("post", "deepnorm"):
-            x = self.attn_norm(self.residual_alpha * x + attn(x))
-            return self.mlp_norm(self.residual_alpha * x + self.mlp(x))
-        if p == "sandwich":
-            x = x + self.attn_out_norm(attn(self.attn_norm(x)))
-            return x + self.mlp_out_norm(self.mlp(self.mlp_norm(x)))
-        raise ValueError(f"unknown placement {p}")
+        sandwich = p == "sandwich"
+        x = residual_step(p, x, attn, self.attn_norm, self.attn_out_norm if sandwich else None, self.scale,
+                          self.residual_alpha)
+        return residual_step(p, x, self.mlp, self.mlp_norm, self.mlp_out_norm if sandwich else None, self.scale,
+                             self.residual_alpha)
 
 
 class ProbeLlamaPreTrainedModel(PreTrainedModel):

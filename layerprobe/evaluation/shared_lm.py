@@ -1,0 +1,130 @@
+"""Shared-prefix scoring for lm-eval pruning sweeps: one lm-eval LM answers every variant of the sweep.
+
+While the unpruned model is evaluated, each batch of loglikelihood requests runs the original model once,
+keeping the input of every block; each variant (layers p..p+n-1 removed) restarts from the stored input of
+block p, runs blocks p+n..L-1, and the model's own tail (final norm, LM head) only at the continuation
+positions. The per-variant answers are stored; each variant's own lm-eval evaluation (same task objects,
+same requests) is then answered from the store. Batching, truncation and padding are lm-eval's HFLM's
+(its Collator, its left truncation to max_length + 1, right padding, no attention mask), so the numbers are
+those of the per-variant path. Requests the store does not hold (generation tasks, a resumed sweep) are
+computed the plain way on the model as the sweep left it (layers removed).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lm_eval.api.registry import register_model  # this module is imported lazily, only for lm-eval sweeps
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.utils import Collator
+
+try:  # moved between lm-eval releases
+    from lm_eval.models.utils_hf import pad_and_concat
+except ImportError:  # pragma: no cover - older lm-eval
+    from lm_eval.models.utils import pad_and_concat
+
+from layerprobe.evaluation.taskfree import tail_only
+from layerprobe.evaluation.variants import Variant
+from layerprobe.hooks import BlockCapture
+from layerprobe.models.layers import BlockStack
+
+log = logging.getLogger(__name__)
+
+
+def shared_prefix_lm(model: Any, tokenizer: Any, batch_size: int, stack: BlockStack, variants: list[Variant]) -> Any:
+    """An lm-eval LM that scores every variant of the sweep while the unpruned model is evaluated."""
+    lm = SharedPrefixLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    lm.attach(stack, variants)
+    return lm
+
+
+@register_model("layerprobe-shared")
+class SharedPrefixLM(HFLM):
+    """HFLM whose loglikelihood pass for the unpruned model also answers every variant (see module doc)."""
+
+    def attach(self, stack: BlockStack, variants: list[Variant]) -> None:
+        self.stack, self.variants = stack, variants
+        self.active: str | None = None  # None: the unpruned model (computes and stores every variant)
+        self.store: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}
+        self.answered = self.computed = 0  # requests answered from the store / computed the plain way
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
+        if self.active is not None:
+            store = self.store[self.active]
+            keys = [(tuple(r[1]), tuple(r[2])) for r in requests]
+            if keys and all(k in store for k in keys):
+                self.answered += len(keys)
+                return [store[k] for k in keys]
+        if self.active is not None or self.backend != "causal" or not self.variants:
+            self.computed += len(requests)
+            return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+        return self._shared(requests)
+
+    def _shared(self, requests):
+        # HFLM's own ordering and grouping (one row serves all one-token continuations of a context)
+        order = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])),
+                         group_by="contexts" if self.logits_cache else None,
+                         group_fn=lambda r: r[-2] + r[-1][:-1])
+        results: dict[str | None, list] = {None: [], **{v.label: [] for v in self.variants}}
+        size = self.batch_size if self.batch_size != "auto" else 1
+        for chunk in order.get_batched(n=size, batch_fn=None):
+            inps, inplens, conts = [], [], []
+            for _, context_enc, continuation_enc in chunk:
+                inp = torch.tensor((context_enc + continuation_enc)[-(self.max_length + 1):][:-1],
+                                   dtype=torch.long, device=self.device)
+                inps.append(inp)
+                inplens.append(inp.shape[0])
+                conts.append(continuation_enc)
+            batched = pad_and_concat(max(inplens), inps, padding_side="right")  # (batch, width)
+            # rows of the flattened (batch * width) positions whose logits are scored
+            spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, c) in enumerate(zip(inplens, conts))]
+            index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(self.device)
+            per_variant = self._variant_logprobs(batched, index)
+            # expand one-token-continuation groups exactly as HFLM does, recording the expansion once
+            for row, ((request_str, ctx_tokens, cont_tokens), (start, length)) in enumerate(zip(chunk, spans)):
+                offset = sum(k for _, k in spans[:row])
+                logp = per_variant[None][offset:offset + length].unsqueeze(0)  # (1, cont, vocab)
+                expansion = [toks for _, toks, _ in order.get_cache(req_str=request_str, cxt_toks=ctx_tokens,
+                                                                    cont_toks=cont_tokens, logits=logp)]
+                for label, all_logp in per_variant.items():
+                    logp = all_logp[offset:offset + length].unsqueeze(0)
+                    greedy = logp.argmax(dim=-1)
+                    for toks in expansion:
+                        toks = torch.tensor(toks, dtype=torch.long, device=logp.device).unsqueeze(0)
+                        equal = bool((greedy[:, -toks.shape[1]:] == toks).all())
+                        # trailing slice: continuations of one group may differ in length (HFLM does the same)
+                        picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
+                        results[label].append((float(picked.sum()), equal))
+        answers = {label: order.get_original(values) for label, values in results.items()}
+        for label in self.store:
+            for r, answer in zip(requests, answers[label]):
+                self.store[label][(tuple(r[1]), tuple(r[2]))] = answer
+        self.computed += len(requests)
+        return answers[None]
+
+    def _variant_logprobs(self, batched: torch.Tensor, index: torch.Tensor) -> dict[str | None, torch.Tensor]:
+        """label -> log-probabilities (positions, vocab) at the scored positions; None = unpruned."""
+        out: dict[str | None, torch.Tensor] = {}
+        with torch.no_grad(), BlockCapture(self.stack, keep_calls=True) as capture:
+            logits = self.model(batched).logits  # (batch, width, vocab), as HFLM's _model_call
+            states, calls, as_tuple = list(capture.states), list(capture.calls), capture.output_is_tuple
+        flat = logits.reshape(-1, logits.shape[-1])
+        out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
+        del logits, flat
+        blocks = list(self.stack.blocks)
+        dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
+        with torch.no_grad(), tail_only(self.model, self.stack) as replay:
+            replay.as_tuple = as_tuple
+            for variant in self.variants:
+                hidden = states[variant.start]  # (batch, width, d): the same with or without the variant's layers
+                for j in range(variant.start + variant.block, len(blocks)):
+                    hidden = calls[j].run(blocks[j], hidden)
+                # (positions, 1, d): one position per row, so absolute position tables never run out
+                replay.value = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index).unsqueeze(1)
+                tail = self.model(dummy).logits[:, 0]  # (positions, vocab): final norm and head, positions only
+                out[variant.label] = F.log_softmax(tail, dim=-1, dtype=self.softmax_dtype)
+            replay.value = None
+        return out

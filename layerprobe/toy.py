@@ -1,0 +1,164 @@
+"""run_toy(config): the residual-MLP depth model (forward statistics and gradients) for every placement.
+
+A stack of `depth` residual blocks, each F(h) = alpha * FC2(ReLU(FC1(h))), placed around its normalization as
+in the in-house family (same `residual_step`), fed i.i.d. Gaussian inputs. Per block output h_l: mean norm,
+cosine with the next and with the input, effective rank, and the gradient norm of the block's parameters for a
+fixed random linear read-out of h_L.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import ConfigError
+from layerprobe.metrics.stats import effective_rank
+from layerprobe.progress import Progress, silent
+
+COLUMNS = ["norm", "alpha", "layer", "hidden_norm", "cos_next", "cos_input", "effective_rank", "grad_norm"]
+# Random-walk argument for Pre-LN (see the toy-model note): ||h_l|| ~ l^(1/2), 1 - cos(h_l, h_l+1) ~ l^(-1).
+EXPECTED_PRE = {"hidden_norm": 0.5, "one_minus_cos_next": -1.0}
+
+
+@dataclass
+class ToyConfig:
+    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
+    depth: int = 100  # residual blocks
+    width: int = 256  # hidden size (FC1 and FC2 are width x width)
+    alphas: tuple[float, ...] = (1.0,)  # scale of FC2: the update's size against the input
+    samples: int = 4096  # Gaussian inputs
+    seed: int = 0
+    mix_alpha: float = 0.25  # Mix-LN: fraction of Post-LN blocks
+    out: str | None = None  # run folder; default reports/toy
+    overwrite: bool = False
+    formats: tuple[str, ...] = ("png",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ToyRun:
+    folder: Path
+    table: Any  # DataFrame with COLUMNS
+    summary: dict
+    warnings: list[str] = field(default_factory=list)
+
+
+def power_law(x: list[float], y: list[float]) -> dict[str, float] | None:
+    """Least-squares slope of log y on log x with a 95% interval (normal approximation); None if undefined."""
+    import numpy as np
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = (x > 0) & (y > 0) & np.isfinite(y)
+    x, y = np.log(x[keep]), np.log(y[keep])
+    if len(x) < 3 or np.ptp(x) == 0:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    se = math.sqrt(float(residual @ residual) / (len(x) - 2) / float(((x - x.mean()) ** 2).sum()))
+    return {"slope": float(slope), "ci_low": float(slope - 1.96 * se), "ci_high": float(slope + 1.96 * se),
+            "points": int(len(x))}
+
+
+class ToyModel:
+    """The blocks as plain tensors (weights created once per seed), run with torch autograd."""
+
+    def __init__(self, placement: str, config: ToyConfig, alpha: float) -> None:
+        import torch
+
+        from layerprobe.models.inhouse.configuration import PLACEMENTS
+
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"Unknown placement '{placement}' in --norm: use {', '.join(PLACEMENTS)}.")
+        gen = torch.Generator().manual_seed(config.seed)
+        w, depth = config.width, config.depth
+        self.alpha, self.depth = alpha, depth
+        # He init for FC1 (ReLU follows), 1/sqrt(width) for FC2: the update has the input's scale times alpha
+        self.fc1 = [(torch.randn(w, w, generator=gen) * math.sqrt(2.0 / w)).requires_grad_() for _ in range(depth)]
+        self.fc2 = [(torch.randn(w, w, generator=gen) * math.sqrt(1.0 / w)).requires_grad_() for _ in range(depth)]
+        post_layers = math.floor(config.mix_alpha * depth)
+        self.placements = [("post" if l < post_layers else "pre") if placement == "mix" else placement
+                           for l in range(depth)]
+        self.scales = [1.0 / math.sqrt(l + 1) if p == "lns" else 1.0 for l, p in enumerate(self.placements)]
+        self.residual_alpha = (2.0 * depth) ** 0.25 if placement == "deepnorm" else 1.0
+
+    def forward(self, x: Any) -> list[Any]:
+        """[h_0, h_1, ..., h_depth]: the input and every block's output."""
+        import torch.nn.functional as F
+
+        from layerprobe.models.inhouse.modeling import residual_step
+
+        def norm(h):
+            return F.layer_norm(h, h.shape[-1:])
+
+        states = [x]
+        for l in range(self.depth):
+            def f(h, l=l):
+                return self.alpha * (F.relu(h @ self.fc1[l].T) @ self.fc2[l].T)
+
+            states.append(residual_step(self.placements[l], states[-1], f, norm, norm, self.scales[l],
+                                        self.residual_alpha))
+        return states
+
+
+def measure(model: ToyModel, x: Any, readout: Any) -> list[dict]:
+    """Statistics of h_1..h_depth and per-block gradient norms for loss = mean(h_depth @ readout)."""
+    import torch
+
+    states = model.forward(x)
+    loss = (states[-1] @ readout).mean()
+    grads = torch.autograd.grad(loss, model.fc1 + model.fc2)
+    depth = model.depth
+    rows = []
+    with torch.no_grad():
+        h0 = states[0].double()
+        for l in range(1, depth + 1):
+            h = states[l].detach().double()
+            nxt = states[l + 1].detach().double() if l < depth else None
+            block = math.sqrt(float(grads[l - 1].double().pow(2).sum() + grads[depth + l - 1].double().pow(2).sum()))
+            rows.append({
+                "layer": l,
+                "hidden_norm": float(h.norm(dim=-1).mean()),
+                "cos_next": float(torch.nn.functional.cosine_similarity(h, nxt, dim=-1).mean()) if nxt is not None else math.nan,
+                "cos_input": float(torch.nn.functional.cosine_similarity(h, h0, dim=-1).mean()),
+                "effective_rank": effective_rank(h),
+                "grad_norm": block,
+            })
+    return rows
+
+
+def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
+    import pandas as pd
+    import torch
+
+    from layerprobe.runs.folder import prepare_run_dir
+    from layerprobe.runs.manifest import start_time
+
+    started, clock = start_time(), time.perf_counter()
+    if config.depth < 2 or config.width < 2 or config.samples < 2:
+        raise ConfigError("--depth, --width and --samples must be at least 2.")
+    if not config.alphas or any(not a > 0 or math.isinf(a) for a in config.alphas):
+        raise ConfigError(f"--alpha must be positive numbers, got {', '.join(map(str, config.alphas)) or 'none'}.")
+    if not 0.0 <= config.mix_alpha <= 1.0:
+        raise ConfigError(f"--mix-alpha must be within [0, 1], got {config.mix_alpha}.")
+    gen = torch.Generator().manual_seed(config.seed + 1)
+    x = torch.randn(config.samples, config.width, generator=gen)  # i.i.d. Gaussian inputs
+    readout = torch.randn(config.width, generator=gen) / math.sqrt(config.width)
+    rows = []
+    cases = [(n, a) for n in config.norms for a in config.alphas]
+    progress("placements", 0, len(cases))
+    models = [ToyModel(n, config, a) for n, a in cases]  # validates every placement before any work
+    for i, ((norm, alpha), model) in enumerate(zip(cases, models)):
+        for row in measure(model, x, readout):
+            rows.append({"norm": norm, "alpha": alpha, **row})
+        progress("placements", i + 1, len(cases))
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    seconds = time.perf_counter() - clock
+    folder = prepare_run_dir(config.out or "reports/toy", overwrite=config.overwrite)
+    from layerprobe.toy_report import write_toy_outputs
+
+    return write_toy_outputs(folder, table, config, started, seconds)
