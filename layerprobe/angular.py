@@ -164,8 +164,8 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
             "variance": stats.variance.numpy(),
             "distance_next": next_distance,
             "cos_input": stats.cos_input.numpy(),
-            "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
             "tokens": stats.tokens,
+            "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
         }
     )
     best = angular.loc[angular.groupby("n")["distance"].idxmin()]

@@ -70,7 +70,7 @@ class ToyModel:
     def __init__(self, placement: str, config: ToyConfig, alpha: float) -> None:
         import torch
 
-        from layerprobe.models.inhouse.configuration import PLACEMENTS
+        from layerprobe.models.placement import PLACEMENTS
 
         if placement not in PLACEMENTS:
             raise ConfigError(f"Unknown placement '{placement}' in --norm: use {', '.join(PLACEMENTS)}.")
@@ -90,7 +90,7 @@ class ToyModel:
         """[h_0, h_1, ..., h_depth]: the input and every block's output."""
         import torch.nn.functional as F
 
-        from layerprobe.models.inhouse.modeling import residual_step
+        from layerprobe.models.placement import residual_step
 
         def norm(h):
             return F.layer_norm(h, h.shape[-1:])

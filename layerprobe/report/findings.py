@@ -22,7 +22,7 @@ def spans(layers: list[int]) -> str:
 
 
 def findings(run: Run) -> list[str]:
-    return {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm}[run.command](run)
+    return {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm, "toy": _toy}[run.command](run)
 
 
 def _halves(values: list[float]) -> tuple[float, float]:
@@ -99,12 +99,25 @@ def _gradnorm(run: Run) -> list[str]:
     return out
 
 
+def _toy(run: Run) -> list[str]:
+    out = []
+    for norm, by_alpha in run.summary.get("fits", {}).items():
+        for key, fit in by_alpha.items():
+            norm_fit, cos_fit = fit.get("hidden_norm"), fit.get("one_minus_cos_next")
+            if norm_fit and cos_fit:
+                out.append(f"{norm} ({key}): over the deep half ||h_l|| ~ l^{norm_fit['slope']:.2f} and "
+                           f"1 - cos(h_l, h_l+1) ~ l^{cos_fit['slope']:.2f} (Pre-LN random walk: l^0.5 and l^-1).")
+    return out
+
+
 def describe(run: Run) -> list[tuple[str, Any]]:
     """(label, value) facts for the run's header."""
     s, m = run.summary, run.manifest
     facts = [("command", run.command), ("model", s.get("model")), ("layers", s.get("num_layers"))]
     if run.command == "angular":
         facts += [("dataset", s.get("dataset")), ("tokens", s.get("tokens")), ("positions", s.get("positions"))]
+    elif run.command == "toy":
+        facts += [("width", s.get("width")), ("samples", s.get("samples")), ("alphas", s.get("alphas"))]
     elif run.command == "prune":
         facts += [("task", s.get("task")), ("metric", s.get("metric")), ("block", s.get("block"))]
     else:

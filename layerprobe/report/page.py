@@ -39,11 +39,16 @@ def _data_table(run: Run) -> Any:
     """The per-layer numbers worth reading next to the plot."""
     if run.command == "angular":
         layers = run.tables["layers"]
-        return layers[["layer", "distance_next", "norm", "cos_input"]].rename(columns={"distance_next": "d(l, 1)"})
+        columns = ["layer", "distance_next", "norm", "cos_input"] + (["effective_rank"] if "effective_rank" in layers else [])
+        return layers[columns].rename(columns={"distance_next": "d(l, 1)"})
     if run.command == "prune":
         table = run.tables["prune"]
         main = table[table["metric"] == run.summary["metric"]]
         return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
+    if run.command == "toy":
+        toy = run.tables["toy"]
+        first = toy[toy["alpha"] == toy["alpha"].iloc[0]]
+        return first.pivot(index="layer", columns="norm", values="hidden_norm").reset_index()
     table = run.tables["gradnorm"]
     if "step" in table:
         table = table[table["step"] == table["step"].min()]
@@ -128,12 +133,12 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
         body_html += [f"<h2>{html.escape(caption)}</h2>", _img_tag(path, caption)]
         body_md += [f"## {caption}", "", f"![{caption}](report_files/{path.name})", ""]
     figures = [p for _, p in overlays]
-    for command in ("angular", "prune", "gradnorm"):
+    for command in ("angular", "prune", "gradnorm", "toy"):
         group = [r for r in runs if r.command == command]
         if not group:
             continue
         heading = {"angular": "Angular distance between block inputs", "prune": "Pruning: performance drop per layer",
-                   "gradnorm": "Gradient norms by layer"}[command]
+                   "gradnorm": "Gradient norms by layer", "toy": "Toy residual-MLP model (||h_l|| by layer)"}[command]
         body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
         body_md += [f"## {heading}", ""]
         for index, run in enumerate(group):

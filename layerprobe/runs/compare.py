@@ -103,6 +103,8 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
     if layers_old is not None and layers_new is not None and layers_old != layers_new:
         raise RunError(f"{where}the runs have different layer counts ({layers_old} vs {layers_new}): "
                        "layer-by-layer comparison needs the same architecture depth.")
+    if old.command not in ("angular", "prune", "gradnorm"):
+        raise RunError(f"{where}compare reads angular, prune and gradnorm runs, not {old.command}: pass runs of those.")
     if old.model != new.model:
         into.notes.append(f"{where}models differ: {old.model} -> {new.model}")
     {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm}[old.command](old, new, tolerance, into, name)

@@ -13,8 +13,9 @@ TABLES = {
     "angular": {"angular.csv": True, "layers.csv": True},
     "prune": {"prune.csv": True},
     "gradnorm": {"gradnorm.csv": True, "variance.csv": False},
+    "toy": {"toy.csv": True},
 }
-PLOTS = {"angular": "heatmap.png", "prune": "prune.png", "gradnorm": "gradnorm.png"}
+PLOTS = {"angular": "heatmap.png", "prune": "prune.png", "gradnorm": "gradnorm.png", "toy": "toy.png"}
 
 
 @dataclass
@@ -22,7 +23,7 @@ class Run:
     """One run folder, loaded."""
 
     folder: Path
-    command: str  # angular, prune or gradnorm
+    command: str  # angular, prune, gradnorm or toy
     summary: dict
     manifest: dict
     tables: dict[str, Any] = field(default_factory=dict)  # file stem -> DataFrame

@@ -9,7 +9,7 @@ from transformers import PretrainedConfig
 
 from layerprobe.errors import ConfigError
 
-PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
+from layerprobe.models.placement import PLACEMENTS
 NORM_TYPES = ("rmsnorm", "layernorm")
 # Mix-LN paper, Table 7: hidden, FFN, heads, layers. `tiny` is for tests.
 SIZES = {

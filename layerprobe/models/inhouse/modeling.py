@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 from layerprobe.models.inhouse.configuration import ProbeLlamaConfig
+from layerprobe.models.placement import residual_step
 
 
 class RMSNorm(nn.Module):
@@ -91,21 +92,6 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-def residual_step(placement: str, x: torch.Tensor, f: Any, norm: Any, out_norm: Any = None, scale: float = 1.0,
-                  residual_alpha: float = 1.0) -> torch.Tensor:
-    """One residual sub-layer x -> x' around F, in the given placement (mix resolves to pre or post per layer).
-
-    Shared by the in-house decoder (F = attention, then MLP) and the toy residual-MLP model.
-    """
-    if placement in ("pre", "lns"):
-        return x + f(norm(x) * scale)
-    if placement in ("post", "deepnorm"):
-        return norm(residual_alpha * x + f(x))
-    if placement == "sandwich":
-        return x + out_norm(f(norm(x)))
-    raise ValueError(f"unknown placement {placement}")
 
 
 class Block(nn.Module):

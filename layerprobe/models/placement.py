@@ -1,0 +1,25 @@
+"""Normalization placements as one function of (x, F, norm): no transformers import, shared by the in-house
+decoder and the toy residual-MLP model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
+
+
+def residual_step(placement: str, x: torch.Tensor, f: Any, norm: Any, out_norm: Any = None, scale: float = 1.0,
+                  residual_alpha: float = 1.0) -> torch.Tensor:
+    """One residual sub-layer x -> x' around F, in the given placement (mix resolves to pre or post per layer).
+
+    Shared by the in-house decoder (F = attention, then MLP) and the toy residual-MLP model.
+    """
+    if placement in ("pre", "lns"):
+        return x + f(norm(x) * scale)
+    if placement in ("post", "deepnorm"):
+        return norm(residual_alpha * x + f(x))
+    if placement == "sandwich":
+        return x + out_norm(f(norm(x)))
+    raise ValueError(f"unknown placement {placement}")
