@@ -95,7 +95,7 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--cli-runs", type=int, default=None, help="lm_eval CLI runs (default: every variant)")
+    parser.add_argument("--cli-runs", type=int, default=None, help="lm_eval CLI runs (default: every variant; 0: none)")
     args = parser.parse_args()
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
@@ -187,7 +187,9 @@ def main() -> None:
 
         # 2. the lm_eval CLI once per variant, each on its own saved pruned checkpoint
         labels = ["baseline"] + [v.label for v in variants]
-        runs = min(args.cli_runs or len(labels), len(labels))
+        runs = len(labels) if args.cli_runs is None else min(args.cli_runs, len(labels))
+        if runs == 0:
+            return
         lm_eval = [sys.executable, "-m", "lm_eval"]
         cli_times, save_times, agree = [], [], True
         for label in labels[:runs]:

@@ -156,7 +156,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         facts |= {"dataset": config.data.dataset, "questions": len(squad.questions), "windows": len(squad.windows.input_ids),
                   "limit": config.limit, "max_length": squad.max_length, "doc_stride": squad.stride}
     else:
-        facts |= {"num_fewshot": config.num_fewshot, "limit": config.limit, "seed": 1234, "fewshot_seed": 1234}
+        facts |= {"num_fewshot": config.num_fewshot, "limit": config.limit, "seed": 1234, "fewshot_seed": 1234,
+                  "shared_prefix": ledger.state.get("shared_prefix")}
     from layerprobe.prune_report import write_prune_outputs
 
     return write_prune_outputs(folder, ledger.rows, config, facts, higher, started, seconds, warnings)
@@ -200,7 +201,8 @@ def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress, w
     from layerprobe.evaluation.harness import wrap_model
 
     shared = config.shared_prefix and harness.output_types != {"generate_until"}
-    lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size, stack, variants if shared else None)
+    lm = wrap_model(loaded.model, loaded.tokenizer, config.data.batch_size, stack, variants if shared else None,
+                    config.max_memory)
 
     def select(label: str | None) -> None:
         if shared:
@@ -212,6 +214,11 @@ def _sweep_harness(config, harness, loaded, stack, variants, ledger, progress, w
     if shared and "generate_until" in harness.output_types:
         warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood requests "
                         "shared the prefix.")
+    if shared and getattr(lm, "chosen", None):
+        ledger.state["shared_prefix"] = lm.chosen
+        if lm.chosen["batch_size"] < lm.chosen["asked"]:
+            warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, so the "
+                            f"stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
     if shared and resumed:
         warnings.append("Resumed after the baseline: the remaining variants were scored per variant.")
     directions = harness.higher_is_better()

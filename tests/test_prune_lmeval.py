@@ -173,15 +173,26 @@ def test_shared_prefix_loglikelihoods_match_per_variant_hflm(arch, model_dirs, f
 
 def test_shared_and_plain_sweeps_agree_from_the_cli(model_dirs, fewshot_dir, tmp_path):
     runs = {}
-    for flag in ("--shared-prefix", "--no-shared-prefix"):
-        out = tmp_path / flag
+    for name, flags in {"shared": ["--shared-prefix"], "plain": ["--no-shared-prefix"],
+                        "small": ["--max-memory", "1MB"]}.items():
+        out = tmp_path / name
         result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--include-path",
-                                          str(fewshot_dir), "--device", "cpu", "--batch-size", "4", "--out", str(out), flag])
+                                          str(fewshot_dir), "--device", "cpu", "--batch-size", "4", "--out", str(out),
+                                          *flags])
         assert result.exit_code == 0, result.output
-        runs[flag] = pd.read_csv(out / "prune.csv").sort_values(["metric", "layer"]).reset_index(drop=True)
-    a, b = runs["--shared-prefix"], runs["--no-shared-prefix"]
+        runs[name] = pd.read_csv(out / "prune.csv").sort_values(["metric", "layer"]).reset_index(drop=True)
+        summary = json.loads((out / "summary.json").read_text())
+        if name == "shared":
+            assert summary["shared_prefix"]["batch_size"] == 4 and "shared prefix: batch 4" in result.output
+        if name == "small":  # the stored activations of one sequence already take most of 1 MB: batch 1, said
+            assert summary["shared_prefix"]["batch_size"] == 1 and "batch 1 instead of 4" in " ".join(result.output.split())
+    a = runs["shared"]
     assert set(a["metric"]) == {"acc", "acc_norm"}
-    np.testing.assert_allclose(a[["baseline", "pruned", "delta"]], b[["baseline", "pruned", "delta"]], atol=1e-12)
+    for other in ("plain", "small"):
+        np.testing.assert_allclose(a[["baseline", "pruned", "delta"]], runs[other][["baseline", "pruned", "delta"]],
+                                   atol=1e-12)
+    bad = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--max-memory", "lots"])
+    assert bad.exit_code == 2 and "--max-memory 'lots'" in bad.output
 
 
 def test_fewshot_contexts_repeat_across_evaluations(model_dirs, fewshot_dir):

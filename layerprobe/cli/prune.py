@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from layerprobe.cli import options as o
-from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
+from layerprobe.cli.common import call, out, parse_formats, parse_size, progress_bar, show_warnings
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 
 
@@ -22,6 +22,8 @@ def prune(
     shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix",
                                        help="Restart each variant from the stored block input (ppl/kl/drift and lm-eval "
                                        "loglikelihood tasks); --no-shared-prefix scores each variant on its own."),
+    max_memory: str = typer.Option(None, "--max-memory", help="lm-eval shared prefix: memory for a batch's stored "
+                                   "block inputs, e.g. 8GiB (default: half the free GPU memory, a quarter of RAM)."),
     angular_dir: str = typer.Option(None, "--angular", help="Angular run of the same model, for the correlation."),
     dataset: str = typer.Option(None, "--dataset", help="ppl/kl/drift: probe corpus (as in angular; default c4). "
                                 "squad: SQuAD .json/.jsonl or hub id (default rajpurkar/squad)."),
@@ -62,6 +64,7 @@ def prune(
         block=pick(block, project, "block", 1),
         metric=metric,
         shared_prefix=shared_prefix,
+        max_memory=parse_size(max_memory) if max_memory else None,
         angular=angular_dir,
         out=out_dir or (f"{project['out']}/prune-{task}" if "out" in project else None),
         resume=resume,
@@ -79,6 +82,10 @@ def prune(
     for row in main.itertuples():
         table.add_row(str(row.removed), f"{row.pruned:.4g}", f"{row.delta:+.4g}")
     out.print(table)
+    if s.get("shared_prefix"):
+        c = s["shared_prefix"]
+        out.print(f"shared prefix: batch {c['batch_size']} (longest request {c['longest_tokens']} tokens, "
+                  f"{c['gib_per_sequence']} GiB per sequence, {c['budget_gib']} GiB allowed)", highlight=False)
     extra = f", Spearman(angular, dP) = {s['spearman_angular_delta']:.2f}" if s["spearman_angular_delta"] is not None else ""
     out.print(f"least important: {', '.join(s['least_important'])}; most important: "
               f"{', '.join(s['most_important'])}{extra} -> [bold]{run.folder}[/bold]", highlight=False)

@@ -74,6 +74,7 @@ class HarnessTask:
             elif task.get_config("num_fewshot") is None:
                 task.set_config(key="num_fewshot", value=0)
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
+            _reuse_requests(task)
         return self
 
     def higher_is_better(self) -> dict[str, bool]:
@@ -110,7 +111,28 @@ class HarnessTask:
         return metrics
 
 
-def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None) -> Any:
+def _reuse_requests(task: Any) -> None:
+    """Build a task's requests once per settings; later evaluations (the sweep's variants) get fresh copies.
+
+    The prompts are the same by construction (seeds and few-shot sampler are reset before every evaluation),
+    so this only skips re-rendering templates and few-shot contexts for every variant.
+    """
+    import dataclasses
+
+    build, built = task.build_all_requests, {}
+
+    def cached(*args: Any, **kwargs: Any) -> None:
+        key = repr((args, sorted(kwargs.items(), key=lambda kv: kv[0])))
+        if key not in built:
+            build(*args, **kwargs)
+            built[key] = list(task._instances)
+        task._instances = [dataclasses.replace(i, resps=[], filtered_resps={}) for i in built[key]]
+
+    task.build_all_requests = cached
+
+
+def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None,
+               max_memory: int | None = None) -> Any:
     """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it).
 
     With stack and variants: the shared-prefix LM that scores every variant during the baseline pass.
@@ -119,7 +141,7 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
     if variants:
         from layerprobe.evaluation.shared_lm import shared_prefix_lm
 
-        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants)
+        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory)
     else:
         from lm_eval.models.huggingface import HFLM
 

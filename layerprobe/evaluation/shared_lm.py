@@ -34,22 +34,53 @@ from layerprobe.models.layers import BlockStack
 log = logging.getLogger(__name__)
 
 
-def shared_prefix_lm(model: Any, tokenizer: Any, batch_size: int, stack: BlockStack, variants: list[Variant]) -> Any:
+def shared_prefix_lm(model: Any, tokenizer: Any, batch_size: int, stack: BlockStack, variants: list[Variant],
+                     max_memory: int | None = None) -> Any:
     """An lm-eval LM that scores every variant of the sweep while the unpruned model is evaluated."""
     lm = SharedPrefixLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    lm.attach(stack, variants)
+    lm.attach(stack, variants, max_memory)
     return lm
+
+
+def default_memory(device: Any) -> int:
+    """Bytes the stored activations may take: half the free GPU memory, or a quarter of the machine's RAM."""
+    import os
+
+    if getattr(device, "type", str(device)).startswith("cuda") and torch.cuda.is_available():
+        free, _ = torch.cuda.mem_get_info(device)
+        return free // 2
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+
+
+def bytes_per_sequence(model: Any, stack: BlockStack, width: int) -> int:
+    """Activations one sequence of `width` tokens holds during a shared pass: every block's input, plus logits."""
+    param = next(model.parameters())
+    hidden = model.get_input_embeddings().embedding_dim
+    vocab = model.get_output_embeddings().out_features if model.get_output_embeddings() is not None else hidden
+    return (len(stack.blocks) + 1) * width * hidden * param.element_size() + width * vocab * 4
 
 
 @register_model("layerprobe-shared")
 class SharedPrefixLM(HFLM):
     """HFLM whose loglikelihood pass for the unpruned model also answers every variant (see module doc)."""
 
-    def attach(self, stack: BlockStack, variants: list[Variant]) -> None:
+    def attach(self, stack: BlockStack, variants: list[Variant], max_memory: int | None = None) -> None:
         self.stack, self.variants = stack, variants
+        self.max_memory = max_memory  # bytes for the stored block inputs and logits of a batch (None: default)
+        self.chosen: dict | None = None  # what the batch-size choice was, for the run's summary
         self.active: str | None = None  # None: the unpruned model (computes and stores every variant)
-        self.store: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}
+        self.store: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}  # by tokens
+        self.by_text: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}  # by strings
         self.answered = self.computed = 0  # requests answered from the store / computed the plain way
+
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        """A variant whose every request is in the store is answered before any tokenization."""
+        if self.active is not None and requests:
+            by_text = self.by_text[self.active]
+            if all(r.args in by_text for r in requests):
+                self.answered += len(requests)
+                return [by_text[r.args] for r in requests]
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs: int | None = None):
         if self.active is not None:
@@ -69,7 +100,7 @@ class SharedPrefixLM(HFLM):
                          group_by="contexts" if self.logits_cache else None,
                          group_fn=lambda r: r[-2] + r[-1][:-1])
         results: dict[str | None, list] = {None: [], **{v.label: [] for v in self.variants}}
-        size = self.batch_size if self.batch_size != "auto" else 1
+        size = self.choose_batch(requests)
         for chunk in order.get_batched(n=size, batch_fn=None):
             inps, inplens, conts = [], [], []
             for _, context_enc, continuation_enc in chunk:
@@ -104,6 +135,19 @@ class SharedPrefixLM(HFLM):
                 self.store[label][(tuple(r[1]), tuple(r[2]))] = answer
         self.computed += len(requests)
         return answers[None]
+
+    def choose_batch(self, requests) -> int:
+        """The user's batch size, or fewer sequences when the longest request's activations would not fit."""
+        asked = self.batch_size if self.batch_size != "auto" else 64
+        width = max(min(len(r[1]) + len(r[2]), self.max_length + 1) - 1 for r in requests)
+        per_sequence = bytes_per_sequence(self.model, self.stack, width)
+        budget = self.max_memory if self.max_memory is not None else default_memory(self.device)
+        size = max(1, min(asked, budget // per_sequence))
+        if size < asked:
+            log.info("shared prefix: batch %d instead of %d to fit %.2f GiB", size, asked, budget / 2**30)
+        self.chosen = {"batch_size": int(size), "asked": int(asked), "longest_tokens": int(width),
+                       "gib_per_sequence": round(per_sequence / 2**30, 4), "budget_gib": round(budget / 2**30, 3)}
+        return size
 
     def _variant_logprobs(self, batched: torch.Tensor, index: torch.Tensor) -> dict[str | None, torch.Tensor]:
         """label -> log-probabilities (positions, vocab) at the scored positions; None = unpruned."""
