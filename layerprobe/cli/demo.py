@@ -27,4 +27,5 @@ def demo(
             out.print(f"  - {line}", highlight=False)
     out.print(f"report -> [bold]{result.report}[/bold]", highlight=False)
     if str(result.folder) != "reports/demo" and out_dir == "reports/demo":
-        out.print(f"check against the committed reference: layerprobe compare reports/demo {result.folder}", highlight=False)
+        out.print(f"check against the committed reference: layerprobe compare reports/demo {result.folder}",
+                  highlight=False, soft_wrap=True)
