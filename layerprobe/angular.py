@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -89,36 +90,54 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     from layerprobe.data.packing import batches, empty_corpus_error
     from layerprobe.hooks import BlockCapture
     from layerprobe.metrics.angular import AngularAccumulator
-    from layerprobe.metrics.stats import TokenSample
+    from layerprobe.distributed import current_world
+    from layerprobe.metrics.stats import effective_rank
     from layerprobe.runs.folder import prepare_run_dir, slug
     from layerprobe.runs.manifest import start_time
 
     if config.positions not in POSITIONS:
         raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")
     started, clock = start_time(), time.perf_counter()
-    corpus, loaded, stack, seq_len, warnings = prepare_probe(config.model, config.data)
+    world = current_world()
+    model_opts = dataclasses.replace(config.model, device=world.device(config.model.device))
+    corpus, loaded, stack, seq_len, warnings = prepare_probe(model_opts, config.data)
     model, device = loaded.model, loaded.device
     accumulator = AngularAccumulator(len(stack) + 1, device=device)
-    sample = TokenSample(len(stack) + 1, RANK_SAMPLE)  # token vectors for the effective rank of each x_l
-    processed = 0
+    sampled: list[tuple[int, list]] = []  # (batch index, per-layer token vectors) for the effective rank
+    processed = measured_before = 0  # tokens of all ranks' batches seen so far / measured positions before a batch
     total = config.data.tokens
     progress("tokens", 0, total)
     with BlockCapture(stack) as capture, torch.inference_mode():
-        for batch in batches(corpus.texts(), loaded.tokenizer, seq_len, config.data.batch_size, total):
-            ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
-            model(input_ids=ids, attention_mask=mask)
-            rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
-            accumulator.update(capture.states, rows)
-            sample.add(capture.states, rows)
-            processed += int(mask.sum())
-            progress("tokens", processed, total)
+        # Every rank walks the same deterministic stream; batch i is computed by rank i % world size.
+        for index, batch in enumerate(batches(corpus.texts(), loaded.tokenizer, seq_len, config.data.batch_size, total)):
+            tokens = int(batch.attention_mask.sum())
+            positions = batch.input_ids.shape[0] if config.positions == "last" else tokens
+            mine = index % world.size == world.rank
+            if mine:
+                ids, mask = batch.input_ids.to(device), batch.attention_mask.to(device)
+                model(input_ids=ids, attention_mask=mask)
+                rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
+                accumulator.update(capture.states, rows)
+                if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
+                    take = rows[: RANK_SAMPLE - measured_before]
+                    sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take).float().cpu()
+                                            for s in capture.states]))
+            measured_before += positions
+            processed += tokens
+            if world.main:
+                progress("tokens", processed, total)
+    accumulator.load_state(world.sum(accumulator.state()))  # one all-reduce: the single-process sums
+    parts = sorted((p for rank_parts in world.gather(sampled) for p in rank_parts), key=lambda p: p[0])
     if processed == 0:
         raise empty_corpus_error(corpus.spec)
     if processed < total:
         warnings.append(f"The corpus ran out: used {processed} tokens of the {total} asked for.")
     stats = accumulator.result()
-    ranks = sample.effective_ranks()
+    ranks = [effective_rank(torch.cat([p[1][layer] for p in parts])) if parts else float("nan")
+             for layer in range(len(stack) + 1)]
     seconds = time.perf_counter() - clock
+    if not world.main:
+        return AngularRun(None, None, None, {}, warnings)  # rank 0 writes the run folder
 
     out = config.out or str(Path("reports") / slug(loaded.spec) / "angular")
     folder = prepare_run_dir(out, overwrite=config.overwrite)
@@ -130,7 +149,8 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         "positions": config.positions,
         "seq_len": seq_len,
         "batch_size": config.data.batch_size,
-        "rank_tokens": sample.count,
+        "rank_tokens": sum(p[1][0].shape[0] for p in parts),
+        "processes": world.size,
     }
     run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
     return run

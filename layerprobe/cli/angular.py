@@ -48,6 +48,8 @@ def angular(
     )
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
+    if run.folder is None:
+        return  # a non-zero rank of a distributed run: rank 0 reports
     show_warnings(run.warnings)
     summary = run.summary
     table = Table(title="Most prunable blocks: smallest d(x_l, x_l+n) per n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -21,7 +22,8 @@ EXIT_USAGE = 2
 
 
 def fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    if os.environ.get("RANK", "0") == "0":  # distributed runs: rank 0 says it, every rank exits non-zero
+        console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(EXIT_USAGE)
 
 

@@ -17,25 +17,3 @@ def effective_rank(h: torch.Tensor) -> float:
     p = s / s.sum()
     p = p[p > 0]
     return float(torch.exp(-(p * p.log()).sum()))
-
-
-class TokenSample:
-    """The first `size` token vectors of every layer's input, kept on the CPU in float32."""
-
-    def __init__(self, layers: int, size: int) -> None:
-        self.size = size
-        self.parts: list[list[torch.Tensor]] = [[] for _ in range(layers)]
-        self.count = 0
-
-    def add(self, states: list[torch.Tensor], rows: torch.Tensor) -> None:
-        """states[l]: (batch, seq, d); rows: flat indices of the measured positions."""
-        need = self.size - self.count
-        if need <= 0:
-            return
-        take = rows[:need]
-        for layer, state in enumerate(states):
-            self.parts[layer].append(state.reshape(-1, state.shape[-1]).index_select(0, take).float().cpu())
-        self.count += int(take.numel())
-
-    def effective_ranks(self) -> list[float]:
-        return [effective_rank(torch.cat(parts)) if parts else float("nan") for parts in self.parts]

@@ -1,0 +1,61 @@
+"""torch.distributed for data-parallel runs launched by torchrun or accelerate launch (gloo on CPU, NCCL on GPUs).
+
+Without WORLD_SIZE > 1 in the environment everything here is a no-op: one process, rank 0.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class World:
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def device(self, requested: str) -> str:
+        """Each process on its own GPU: 'auto'/'cuda' become cuda:LOCAL_RANK when ranks share a node."""
+        import torch
+
+        if self.size > 1 and requested in ("auto", "cuda") and torch.cuda.is_available():
+            return f"cuda:{self.local_rank}"
+        return requested
+
+    def sum(self, tensor: Any) -> Any:
+        """In-place all-reduce (sum) across ranks; returns the tensor."""
+        if self.size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's object, in rank order (on every rank)."""
+        if self.size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def current_world() -> World:
+    """The process group of a torchrun / accelerate launch, initialized on first use."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World()
+    import torch
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() and os.environ.get("LAYERPROBE_BACKEND") != "gloo" else "gloo"
+        dist.init_process_group(backend=backend)
+    return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))

@@ -1,0 +1,47 @@
+"""Data-parallel angular: 2 CPU processes (torchrun, gloo) give the single-process numbers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from layerprobe.angular import run_angular
+from layerprobe.config import AngularConfig, DataOptions, ModelOptions
+
+
+def torchrun(args, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "LAYERPROBE_BACKEND": "gloo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "layerprobe", *map(str, args)]
+    return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("positions", ["all", "last"])
+def test_two_processes_equal_one(positions, model_dirs, corpus_file, tmp_path):
+    folder = model_dirs["llama"]
+    # 7 batches of 3 x 48: rank 0 gets 4, rank 1 gets 3 (and the last, shorter one); 2048 > all positions
+    args = ["angular", folder, "--dataset", corpus_file, "--tokens", 1000, "--seq-len", 48, "--batch-size", 3,
+            "--device", "cpu", "--positions", positions, "--out", tmp_path / "dp"]
+    result = torchrun(args, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    single = run_angular(AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
+                                       data=DataOptions(str(corpus_file), "text", 1000, 48, 3), positions=positions,
+                                       out=str(tmp_path / "one")))
+    for name in ("angular.csv", "layers.csv"):
+        a, b = pd.read_csv(tmp_path / "dp" / name), pd.read_csv(single.folder / name)
+        assert list(a.columns) == list(b.columns) and len(a) == len(b)
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-9, atol=1e-9)
+    summary = pd.read_json(tmp_path / "dp" / "summary.json", typ="series")
+    assert summary["processes"] == 2 and summary["tokens"] == single.summary["tokens"]
+    assert not any(p.name.startswith("dp-") for p in tmp_path.iterdir())  # one folder, written by rank 0 only
+
+
+def test_distributed_error_is_said_once_and_all_ranks_fail(tmp_path):
+    result = torchrun(["angular", tmp_path / "missing-model", "--dataset", "builtin", "--device", "cpu"], tmp_path)
+    assert result.returncode != 0
+    assert (result.stdout + result.stderr).count("does not exist") == 1
