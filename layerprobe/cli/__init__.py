@@ -16,7 +16,7 @@ from layerprobe.cli.toy import toy
 
 app = typer.Typer(
     name="layerprobe",
-    help="Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms.",
+    help="Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -42,7 +42,7 @@ def _version(value: bool) -> None:
 def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    """Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms."""
+    """Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts."""
 
 
 def main() -> None:

@@ -40,8 +40,7 @@ def gradnorm(
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
 ) -> None:
-    """Gradient norm of every block (parameters and input) and its output variance at initialization
-    (and after --steps of AdamW training), for each normalization placement."""
+    """Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per placement."""
     from layerprobe.gradnorm import run_gradnorm
 
     config = GradnormConfig(
