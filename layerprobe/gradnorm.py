@@ -57,10 +57,16 @@ def masked_lm_batch(ids: Any, tokenizer: Any, generator: Any) -> tuple[Any, Any]
     return inputs, labels
 
 
-def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> Any:
-    """Causal LM loss (labels = inputs, shifted by the model) or masked-LM loss for encoders."""
-    device = next(model.parameters()).device
+def lm_inputs(ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> tuple[Any, Any, Any]:
+    """(inputs, attention mask, labels): labels = inputs for a causal LM (the model shifts), BERT masking else."""
     inp, labels = masked_lm_batch(ids, tokenizer, generator) if encoder else (ids, ids)
+    return inp, mask, labels
+
+
+def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> Any:
+    """Causal LM loss or masked-LM loss for encoders."""
+    device = next(model.parameters()).device
+    inp, mask, labels = lm_inputs(ids, mask, encoder, tokenizer, generator)
     out = model(input_ids=inp.to(device), attention_mask=mask.to(device), labels=labels.to(device))
     if out.loss is None:
         raise ModelLoadError("The model returned no loss: gradnorm needs a causal or masked LM head.")
@@ -235,7 +241,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
             if config.train.steps:
                 generator = torch.Generator().manual_seed(seed)
                 source = _cycle(stream, warnings)
-                training = ((lm_loss_inputs(b, encoder, tokenizer, generator)) for b in source)
+                training = (lm_inputs(ids, mask, encoder, tokenizer, generator) for ids, mask in source)
 
                 def after(step: int, loss: float) -> None:
                     nonlocal done
@@ -270,10 +276,3 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
         facts |= {"lr": config.train.lr, "warmup": config.train.warmup, "clip": config.train.clip}
     return write_gradnorm_outputs(folder, raw, table, variance, pd.DataFrame(losses), config, facts, started,
                                   seconds, warnings)
-
-
-def lm_loss_inputs(batch: tuple[Any, Any], encoder: bool, tokenizer: Any, generator: Any) -> tuple[Any, Any, Any]:
-    """(inputs, attention mask, labels) of one training batch."""
-    ids, mask = batch
-    inp, labels = masked_lm_batch(ids, tokenizer, generator) if encoder else (ids, ids)
-    return inp, mask, labels

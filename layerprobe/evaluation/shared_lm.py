@@ -12,6 +12,7 @@ computed the plain way on the model as the sweep left it (layers removed).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -115,16 +116,17 @@ class SharedPrefixLM(HFLM):
             index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(self.device)
             per_variant = self._variant_logprobs(batched, index)
             # expand one-token-continuation groups exactly as HFLM does, recording the expansion once
-            for row, ((request_str, ctx_tokens, cont_tokens), (start, length)) in enumerate(zip(chunk, spans)):
-                offset = sum(k for _, k in spans[:row])
-                logp = per_variant[None][offset:offset + length].unsqueeze(0)  # (1, cont, vocab)
-                expansion = [toks for _, toks, _ in order.get_cache(req_str=request_str, cxt_toks=ctx_tokens,
-                                                                    cont_toks=cont_tokens, logits=logp)]
+            offsets = [0, *itertools.accumulate(k for _, k in spans)]  # row -> first scored position
+            for row, (request_str, ctx_tokens, cont_tokens) in enumerate(chunk):
+                first, last = offsets[row], offsets[row + 1]
+                expansion = [torch.tensor(toks, dtype=torch.long, device=self.device).unsqueeze(0)  # (1, cont)
+                             for _, toks, _ in order.get_cache(req_str=request_str, cxt_toks=ctx_tokens,
+                                                               cont_toks=cont_tokens,
+                                                               logits=per_variant[None][first:last].unsqueeze(0))]
                 for label, all_logp in per_variant.items():
-                    logp = all_logp[offset:offset + length].unsqueeze(0)
+                    logp = all_logp[first:last].unsqueeze(0)  # (1, cont, vocab)
                     greedy = logp.argmax(dim=-1)
                     for toks in expansion:
-                        toks = torch.tensor(toks, dtype=torch.long, device=logp.device).unsqueeze(0)
                         equal = bool((greedy[:, -toks.shape[1]:] == toks).all())
                         # trailing slice: continuations of one group may differ in length (HFLM does the same)
                         picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
@@ -133,6 +135,8 @@ class SharedPrefixLM(HFLM):
         for label in self.store:
             for r, answer in zip(requests, answers[label]):
                 self.store[label][(tuple(r[1]), tuple(r[2]))] = answer
+                if r[0] is not None:  # (context, continuation) strings; None for rolling windows
+                    self.by_text[label][tuple(r[0])] = answer
         self.computed += len(requests)
         return answers[None]
 

@@ -176,19 +176,21 @@ def best_span(windows: list[tuple[Any, Any, list]], context: str, n_best: int = 
               max_answer: int = MAX_ANSWER) -> str:
     """The highest start+end logit span over a question's windows; '' if none is valid.
 
-    windows: (start_logits, end_logits, offsets) per window, logits as 1-D sequences.
+    windows: (start_logits, end_logits, offsets) per window, logits as 1-D tensors or lists (top-n via topk).
     """
+    import torch
+
     best, answer = -math.inf, ""
     for start_logits, end_logits, offsets in windows:
-        starts = sorted(range(len(offsets)), key=lambda k: -start_logits[k])[:n_best]
-        ends = sorted(range(len(offsets)), key=lambda k: -end_logits[k])[:n_best]
-        for s in starts:
-            for e in ends:
+        k = min(n_best, len(offsets))
+        starts = torch.as_tensor(start_logits, dtype=torch.float64).topk(k)
+        ends = torch.as_tensor(end_logits, dtype=torch.float64).topk(k)
+        for score_s, s in zip(starts.values.tolist(), starts.indices.tolist()):
+            for score_e, e in zip(ends.values.tolist(), ends.indices.tolist()):
                 if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > max_answer:
                     continue
-                score = start_logits[s] + end_logits[e]
-                if score > best:
-                    best, answer = score, context[offsets[s][0]:offsets[e][1]]
+                if score_s + score_e > best:
+                    best, answer = score_s + score_e, context[offsets[s][0]:offsets[e][1]]
     return answer
 
 
@@ -247,7 +249,7 @@ class SquadTask:
             start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()  # (batch, width)
             for r, i in enumerate(rows):
                 n = len(w.input_ids[i])
-                logits.append((start[r, :n].tolist(), end[r, :n].tolist()))
+                logits.append((start[r, :n], end[r, :n]))
         per_question: list[list] = [[] for _ in self.questions]
         for i, (start, end) in enumerate(logits):
             per_question[w.question[i]].append((start, end, w.offsets[i]))

@@ -151,11 +151,8 @@ def _prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
 
 def _gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     keys = ["norm", "step", "layer", "kind", "module"]
-    a = old.tables["gradnorm"]
-    b = new.tables["gradnorm"]
-    for frame in (a, b):
-        if "step" not in frame:
-            frame["step"] = 0
+    # runs from before --steps existed have no step column: they are step 0 (the loaded tables stay as read)
+    a, b = (t if "step" in t else t.assign(step=0) for t in (old.tables["gradnorm"], new.tables["gradnorm"]))
     a = a[a["module"] == "block"].set_index(keys)["grad_norm"]
     b = b[b["module"] == "block"].set_index(keys)["grad_norm"]
     _same_keys(a.index, b.index, "gradnorm.csv (placements, steps, layers)")
