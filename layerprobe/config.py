@@ -60,6 +60,7 @@ class PruneConfig:
     layers: str | None = None  # restrict variants to these start layers, e.g. "0,3,8-11"
     block: int = 1  # remove this many consecutive layers per variant
     metric: str | None = None  # metric for the summary and plot (default: the task's first)
+    shard: str | None = None  # "K/N": evaluate only the K-th of N disjoint slices of the variants (join with merge)
     shared_prefix: bool = True  # restart each variant from the stored block input (task-free and lm-eval)
     max_memory: int | None = None  # lm-eval shared prefix: bytes for a batch's stored activations (None: auto)
     angular: str | None = None  # angular run folder of the same model, for the Spearman correlation

@@ -10,7 +10,7 @@ from typing import Any
 
 from layerprobe.config import PruneConfig
 from layerprobe.errors import ConfigError, RunError, TaskError
-from layerprobe.evaluation.variants import Variant, parse_layers, sweep
+from layerprobe.evaluation.variants import Variant, parse_layers, parse_shard, shard_of, sweep
 from layerprobe.progress import Progress, silent
 
 log = logging.getLogger(__name__)
@@ -103,6 +103,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
 
     started, clock = start_time(), time.perf_counter()
     kind = task_kind(config.task)
+    shard = parse_shard(config.shard)
     harness = squad = None
     if kind == "lm-eval":  # build tasks before loading the model: a bad name fails in seconds
         from layerprobe.evaluation.harness import HarnessTask
@@ -130,14 +131,18 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
             )
         warnings += squad.prepare(model, loaded.tokenizer)
     variants = sweep(len(stack), config.block, parse_layers(config.layers, len(stack)))
+    sweep_size = len(variants)
+    if shard:
+        variants = shard_of(variants, *shard)
 
-    out = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
+    name = f"prune-{slug(config.task)}" + (f"-shard-{shard[0]}-of-{shard[1]}" if shard else "")
+    out = config.out or str(Path("reports") / slug(loaded.spec) / name)
     if config.resume and not Path(out).is_dir():
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     identity = {"task": config.task, "model": loaded.spec, "block": config.block, "layers": config.layers,
                 "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
-                "tokens": config.data.tokens, "seq_len": seq_len}
+                "tokens": config.data.tokens, "seq_len": seq_len, "shard": config.shard}
     ledger = Ledger(folder, identity, config.resume)
     with torch.inference_mode():
         if kind == "taskfree":
@@ -150,6 +155,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
             higher = _sweep_harness(config, harness, loaded, stack, variants, ledger, progress, warnings)
     seconds = time.perf_counter() - clock
     facts = model_facts(loaded, stack) | {"task": config.task}
+    if shard:  # what `layerprobe merge` checks: every slice present once, all of the same sweep
+        facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
+                          "variants": [v.label for v in variants]}
     if kind == "taskfree":
         facts |= {"dataset": corpus.description, "tokens": ledger.state.get("tokens"), "seq_len": seq_len}
     elif kind == "squad":

@@ -35,7 +35,7 @@ def find_angular(folder: Path, explicit: str | None) -> Path | None:
 
 
 def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
-                        seconds: float, warnings: list[str]):
+                        seconds: float, warnings: list[str], manifest_extra: dict | None = None):
     import matplotlib.pyplot as plt
     import pandas as pd
 
@@ -83,5 +83,6 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     save_figure(folder / "prune", figure, config.formats)
     plt.close(figure)
     write_json(folder / "summary.json", summary)
-    write_json(folder / "manifest.json", build_manifest("prune", config.to_dict(), started, seconds, **facts))
+    write_json(folder / "manifest.json", build_manifest("prune", config.to_dict(), started, seconds, **facts,
+                                                                  **(manifest_extra or {})))
     return PruneRun(folder, table, summary, warnings)

@@ -10,6 +10,7 @@ from layerprobe.cli.angular import angular
 from layerprobe.cli.compare import compare
 from layerprobe.cli.demo import demo
 from layerprobe.cli.gradnorm import gradnorm
+from layerprobe.cli.merge import merge
 from layerprobe.cli.prune import prune
 from layerprobe.cli.report import report
 from layerprobe.cli.toy import toy
@@ -24,6 +25,7 @@ app = typer.Typer(
 app.command()(angular)
 app.command()(prune)
 app.command()(gradnorm)
+app.command()(merge)
 app.command()(report)
 app.command()(compare)
 app.command()(demo)

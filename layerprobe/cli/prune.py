@@ -18,6 +18,8 @@ def prune(
     limit: float = typer.Option(None, "--limit", help="lm-eval/squad: first N documents or questions (a fraction if < 1)."),
     layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
     block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
+    shard: str = typer.Option(None, "--shard", help="K/N: only the K-th of N disjoint slices of the variants (SLURM "
+                              "arrays, one process per GPU); join the N run folders with `layerprobe merge`."),
     metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
     shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix",
                                        help="Restart each variant from the stored block input (ppl/kl/drift and lm-eval "
@@ -63,16 +65,23 @@ def prune(
         layers=pick(layers, project, "layers", None),
         block=pick(block, project, "block", 1),
         metric=metric,
+        shard=shard,
         shared_prefix=shared_prefix,
         max_memory=parse_size(max_memory) if max_memory else None,
         angular=angular_dir,
-        out=out_dir or (f"{project['out']}/prune-{task}" if "out" in project else None),
+        out=out_dir or (f"{project['out']}/prune-{task}" + (f"-shard-{shard.replace('/', '-of-')}" if shard else "")
+                        if "out" in project else None),
         resume=resume,
         overwrite=overwrite,
         formats=parse_formats(formats),
     )
     with progress_bar() as progress:
         run = call(run_prune, config, progress)
+    show_prune(run)
+
+
+def show_prune(run) -> None:
+    """The dP table and the one-line verdict, for prune and merge."""
     show_warnings(run.warnings)
     s = run.summary
     table = Table(title=f"dP = P_pruned - P_original ({s['metric']}, baseline {s['baseline']:.4g})")

@@ -61,3 +61,27 @@ def sweep(num_layers: int, block: int = 1, layers: list[int] | None = None) -> l
             )
         starts = layers
     return [Variant(s, block) for s in starts]
+
+
+def parse_shard(spec: str | None) -> tuple[int, int] | None:
+    """'2/4' -> (2, 4): the 2nd of 4 slices, 1-based (SLURM arrays starting at 0: --shard $((ID+1))/N)."""
+    if spec is None:
+        return None
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", spec)
+    if not match:
+        raise ConfigError(f"Bad --shard '{spec}': use K/N, e.g. 2/4 for the second of four slices.")
+    index, count = int(match.group(1)), int(match.group(2))
+    if count < 1 or not 1 <= index <= count:
+        raise ConfigError(f"Bad --shard '{spec}': K must lie within 1..N and N be at least 1, e.g. 1/{max(count, 2)}.")
+    return index, count
+
+
+def shard_of(variants: list[Variant], index: int, count: int) -> list[Variant]:
+    """The index-th of count disjoint slices, every count-th variant: early and late layers mix in each shard,
+    so shards cost about the same even when restarting late blocks is cheap."""
+    if count > len(variants):
+        raise ConfigError(
+            f"--shard {index}/{count}: the sweep has only {len(variants)} variants, so some shards would be empty: "
+            f"use at most N={len(variants)}."
+        )
+    return variants[index - 1 :: count]

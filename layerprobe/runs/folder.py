@@ -62,9 +62,9 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def write_csv(path: Path, frame: Any) -> None:
-    """A pandas DataFrame as CSV, full float precision, atomically."""
+    """A pandas DataFrame as CSV, floats exact (shortest round-trip form), atomically."""
     buffer = io.StringIO()
-    frame.to_csv(buffer, index=False, float_format="%.10g")
+    frame.to_csv(buffer, index=False)  # floats as repr: they read back bit for bit (resume, merge)
     atomic_write_text(path, buffer.getvalue())
 
 

@@ -1,0 +1,22 @@
+"""`layerprobe merge RUN...`: join the run folders of `prune --shard K/N` into one sweep."""
+
+from __future__ import annotations
+
+import typer
+
+from layerprobe.cli import options as o
+from layerprobe.cli.common import call, parse_formats
+
+
+def merge(
+    runs: list[str] = typer.Argument(..., help="The run folders of every `layerprobe prune --shard K/N` of one sweep."),
+    out_dir: str = typer.Option(None, "--out", help="Merged run folder (default: the shards' name without -shard-K-of-N)."),
+    overwrite: bool = o.Overwrite,
+    formats: str = o.Formats,
+) -> None:
+    """Join sharded pruning sweeps; refuses shards that disagree on model, task, settings or baseline."""
+    from layerprobe.cli.prune import show_prune
+    from layerprobe.runs.merge import merge_shards
+
+    run = call(merge_shards, runs, out_dir, overwrite, parse_formats(formats))
+    show_prune(run)

@@ -1,0 +1,119 @@
+"""merge_shards(folders): join the run folders of `prune --shard K/N` into the run an unsharded sweep writes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import ConfigError, RunError
+
+# settings that change the numbers: shards that differ in any of them are not slices of one sweep
+SAME_CONFIG = ("task", "include_path", "num_fewshot", "limit", "layers", "block", "metric")
+SAME_MODEL = ("model", "dtype", "revision", "layers_path")
+SAME_DATA = ("dataset", "text_field", "tokens", "seq_len")
+# summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
+COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
+            "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard"}
+BASELINE_RTOL = 1e-9
+
+
+def _settings(run: Any) -> dict:
+    config = run.manifest.get("config", {})
+    model, data = config.get("model") or {}, config.get("data") or {}
+    return ({k: config.get(k) for k in SAME_CONFIG} | {f"model.{k}": model.get(k) for k in SAME_MODEL}
+            | {f"data.{k}": data.get(k) for k in SAME_DATA} | {"weights": run.summary.get("weights")})
+
+
+def _check_slices(runs: list) -> int:
+    """Every run a shard of the same N, each K once; returns N."""
+    for run in runs:
+        if run.command != "prune":
+            raise RunError(f"'{run.folder}' is a {run.command} run: merge joins the run folders of `prune --shard K/N`.")
+        if not isinstance(run.summary.get("shard"), dict):
+            raise RunError(f"'{run.folder}' is not a shard (it ran without --shard): merge joins the run folders of "
+                           "`prune --shard K/N`.")
+    count = runs[0].summary["shard"]["count"]
+    seen: dict[int, Path] = {}
+    for run in runs:
+        shard = run.summary["shard"]
+        if shard["count"] != count:
+            raise RunError(f"'{run.folder}' is shard {shard['index']}/{shard['count']} but '{runs[0].folder}' is one "
+                           f"of {count}: pass the shards of one sweep.")
+        if shard["index"] in seen:
+            raise RunError(f"Shard {shard['index']}/{count} is given twice ('{seen[shard['index']]}' and "
+                           f"'{run.folder}'): pass each shard once.")
+        seen[shard["index"]] = run.folder
+    missing = [k for k in range(1, count + 1) if k not in seen]
+    if missing:
+        raise RunError(f"Shard {', '.join(f'{k}/{count}' for k in missing)} missing: run `layerprobe prune ... "
+                       f"--shard {missing[0]}/{count}` and pass its folder too.")
+    return count
+
+
+def _check_same_sweep(runs: list) -> None:
+    first, reference = runs[0], _settings(runs[0])
+    for run in runs[1:]:
+        theirs = _settings(run)
+        differ = [k for k in reference if theirs[k] != reference[k]]
+        if differ:
+            key = differ[0]
+            raise RunError(f"'{run.folder}' and '{first.folder}' disagree on {', '.join(differ)} ({key}: "
+                           f"{theirs[key]!r} vs {reference[key]!r}): they are not shards of one sweep.")
+    base = _baselines(first)
+    for run in runs[1:]:
+        for metric, value in _baselines(run).items():
+            ref = base.get(metric)
+            if ref is None or abs(value - ref) > BASELINE_RTOL * max(1.0, abs(ref)):
+                raise RunError(f"'{run.folder}' has baseline {metric} = {value!r} but '{first.folder}' has {ref!r}: "
+                               "the shards did not evaluate the same model and data; re-run the odd one.")
+    labels = [label for run in runs for label in run.summary["shard"]["variants"]]
+    if len(set(labels)) != len(labels) or len(labels) != first.summary["shard"]["sweep_variants"]:
+        raise RunError(f"The shards hold {len(labels)} variants ({len(set(labels))} distinct) of a "
+                       f"{first.summary['shard']['sweep_variants']}-variant sweep: pass the shards of one sweep.")
+    for run in runs:
+        done = {str(x) for x in run.tables["prune"]["removed"]}
+        if done != {str(x) for x in run.summary["shard"]["variants"]}:
+            raise RunError(f"'{run.folder}' is unfinished (prune.csv lacks some of its variants): finish it with "
+                           "`layerprobe prune ... --resume`.")
+
+
+def _baselines(run: Any) -> dict[str, float]:
+    table = run.tables["prune"]
+    return {str(m): float(v) for m, v in table.groupby("metric", sort=True)["baseline"].first().items()}
+
+
+def default_out(first: Path) -> Path:
+    """reports/m/prune-mmlu-shard-1-of-4 -> reports/m/prune-mmlu (the folder an unsharded sweep writes)."""
+    stem = re.sub(r"-shard-\d+-of-\d+(-\d{8}-\d{6}(-\d+)?)?$", "", first.name)
+    return first.with_name(stem if stem != first.name else f"{first.name}-merged")
+
+
+def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = False,
+                 formats: tuple[str, ...] | None = None):
+    """One prune run folder from its shards: the same prune.csv, plot and summary as an unsharded sweep."""
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+    from layerprobe.prune_report import write_prune_outputs
+    from layerprobe.runs.folder import prepare_run_dir
+    from layerprobe.runs.read import load_run
+
+    if not folders:
+        raise ConfigError("No run folders given: pass the folders of every `prune --shard K/N` run.")
+    runs = [load_run(f) for f in folders]
+    count = _check_slices(runs)
+    runs.sort(key=lambda r: r.summary["shard"]["index"])
+    _check_same_sweep(runs)
+    first = runs[0]
+    settings = dict(first.manifest["config"])
+    config = PruneConfig(**{**settings, "model": ModelOptions(**settings["model"]), "data": DataOptions(**settings["data"]),
+                            "shard": None, "resume": False, "overwrite": overwrite,
+                            "formats": tuple(formats or settings.get("formats") or ("png",))})
+    config.out = str(Path(out) if out else default_out(first.folder))
+    folder = prepare_run_dir(config.out, overwrite=overwrite)
+    rows = [row for run in runs for row in run.tables["prune"].to_dict("records")]
+    facts = {k: v for k, v in first.summary.items() if k not in COMPUTED}
+    warnings = list(dict.fromkeys(w for run in runs for w in run.summary.get("warnings", [])))
+    seconds = sum(float(run.summary.get("seconds") or 0.0) for run in runs)
+    merged = {"merged_from": [str(run.folder) for run in runs], "shards": count}
+    return write_prune_outputs(folder, rows, config, facts, first.summary["higher_is_better"],
+                               min(run.manifest.get("started", "") for run in runs), seconds, warnings, merged)
