@@ -47,6 +47,8 @@ def prepare_probe(model_opts, data_opts, head: str = "base", need_corpus: bool =
         device=model_opts.device,
         revision=model_opts.revision,
         trust_remote_code=model_opts.trust_remote_code,
+        device_map=model_opts.device_map,
+        offload=model_opts.offload,
     )
     stack = find_blocks(loaded.model, model_opts.layers_path)
     warnings = []
@@ -99,6 +101,9 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")
     started, clock = start_time(), time.perf_counter()
     world = current_world()
+    if world.size > 1 and config.model.device_map:
+        raise ConfigError("--device-map under torchrun would spread every process over all GPUs: run one process "
+                          "with --device-map, or torchrun without it (one GPU per process).")
     model_opts = dataclasses.replace(config.model, device=world.device(config.model.device))
     corpus, loaded, stack, seq_len, warnings = prepare_probe(model_opts, config.data)
     model, device = loaded.model, loaded.device
@@ -120,7 +125,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
                 accumulator.update(capture.states, rows)
                 if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
                     take = rows[: RANK_SAMPLE - measured_before]
-                    sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take).float().cpu()
+                    sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()
                                             for s in capture.states]))
             measured_before += positions
             processed += tokens

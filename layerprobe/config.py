@@ -18,6 +18,8 @@ class ModelOptions:
     revision: str | None = None  # hub branch, tag or commit
     trust_remote_code: bool = False  # run the checkpoint's own Python code (only if you trust it)
     layers_path: str | None = None  # dotted path of the block ModuleList, overriding discovery
+    device_map: str | None = None  # accelerate placement over GPUs: auto, balanced, sequential, or JSON module -> device
+    offload: str = "none"  # with device_map: none (GPUs only), cpu (spill to RAM), disk:DIR (and to DIR)
 
 
 @dataclass

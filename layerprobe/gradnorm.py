@@ -65,7 +65,9 @@ def lm_inputs(ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any
 
 def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> Any:
     """Causal LM loss or masked-LM loss for encoders."""
-    device = next(model.parameters()).device
+    from layerprobe.models.load import input_device
+
+    device = input_device(model)
     inp, mask, labels = lm_inputs(ids, mask, encoder, tokenizer, generator)
     out = model(input_ids=inp.to(device), attention_mask=mask.to(device), labels=labels.to(device))
     if out.loss is None:
@@ -200,8 +202,13 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
                                   config.model.trust_remote_code) in ENCODER_MODEL_TYPES
         loaded = load_model(config.model.model, head="masked-lm" if encoder else "causal-lm", dtype=config.dtype,
                             device=config.model.device, revision=config.model.revision,
-                            trust_remote_code=config.model.trust_remote_code)
+                            trust_remote_code=config.model.trust_remote_code,
+                            device_map=config.model.device_map, offload=config.model.offload)
         tokenizer, device, name, dtype = loaded.tokenizer, loaded.device, loaded.spec, loaded.dtype
+        offloaded = sum(p.numel() for p in loaded.model.parameters() if p.device.type == "meta")
+        if offloaded:
+            raise ConfigError(f"gradnorm needs every weight resident on a device, and {offloaded:,} parameters of "
+                              f"'{name}' are offloaded (--offload {config.model.offload}): use more GPUs or no offload.")
         cases = [("reinit" if config.reinit else "as-is", loaded)]
 
     def stream(tokens: int = 2**62):

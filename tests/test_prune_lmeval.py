@@ -64,11 +64,16 @@ def hand_accuracy(model, tok):
     return correct / len(QUESTIONS)
 
 
-def test_lmeval_sweep_matches_hand_scoring(model_dirs, task_dir, tmp_path):
+@pytest.mark.parametrize("split", [False, True])
+def test_lmeval_sweep_matches_hand_scoring(split, model_dirs, task_dir, tmp_path):
+    from .test_device_map import SPLIT
+
     folder = model_dirs["llama"]
     out = tmp_path / "run"
+    # split: layers 1-2 offloaded to disk by an accelerate device map, the shared prefix restarting across the split
+    placement = ["--device-map", json.dumps(SPLIT), "--offload", f"disk:{tmp_path}"] if split else ["--device", "cpu"]
     result = CliRunner().invoke(app, ["prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
-                                      "--device", "cpu", "--batch-size", "4", "--out", str(out)])
+                                      *placement, "--batch-size", "4", "--out", str(out)])
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "prune.csv")
     acc = table[table["metric"] == "acc"].sort_values("layer")

@@ -25,6 +25,8 @@ def angular(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    device_map: str = o.DeviceMap,
+    offload: str = o.Offload,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/angular)."),
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
@@ -37,7 +39,8 @@ def angular(
     project, _ = call(find_project_config)
     config = AngularConfig(
         model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
-                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path),
+                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path,
+                           device_map, offload),
         data=DataOptions(pick(dataset, project, "dataset", "c4"), text_field, pick(tokens, project, "tokens", 262144),
                          pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),
         positions=positions,

@@ -36,6 +36,8 @@ def gradnorm(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    device_map: str = o.DeviceMap,
+    offload: str = o.Offload,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<arch or model>/gradnorm)."),
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
@@ -44,7 +46,8 @@ def gradnorm(
     from layerprobe.gradnorm import run_gradnorm
 
     config = GradnormConfig(
-        model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path) if model else None,
+        model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path,
+                           device_map, offload) if model else None,
         arch=arch,
         norms=tuple(n.strip() for n in norm.split(",") if n.strip()),
         alpha=alpha,

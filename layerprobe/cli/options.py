@@ -16,3 +16,7 @@ TextField = typer.Option("text", "--text-field", help="Column or JSON field hold
 BatchSize = typer.Option(8, "--batch-size", help="Sequences per forward pass.")
 Overwrite = typer.Option(False, "--overwrite", help="Replace an existing run folder (default: new timestamped folder).")
 Formats = typer.Option("png", "--format", help="Plot formats, comma-separated: png, svg, pdf.")
+DeviceMap = typer.Option(None, "--device-map", help="Spread the model over the visible GPUs with accelerate: auto, "
+                         "balanced, sequential, or a JSON object/file of module name -> device (0, 'cpu', 'disk').")
+Offload = typer.Option("none", "--offload", help="With --device-map: none (GPUs only; too big is an error), cpu (spill "
+                       "to RAM) or disk:FOLDER (and to FOLDER).")

@@ -38,6 +38,8 @@ def prune(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    device_map: str = o.DeviceMap,
+    offload: str = o.Offload,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
     overwrite: bool = o.Overwrite,
@@ -55,7 +57,8 @@ def prune(
     config = PruneConfig(
         task=task,
         model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
-                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path),
+                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path,
+                           device_map, offload),
         data=DataOptions(dataset or ("rajpurkar/squad" if task == "squad" else pick(None, project, "dataset", "c4")),
                          text_field, pick(tokens, project, "tokens", 65536),
                          pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),

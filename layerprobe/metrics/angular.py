@@ -56,10 +56,12 @@ class AngularAccumulator:
         total = count if rows is None else rows.numel()
         for start in range(0, total, CHUNK_TOKENS):
             t = min(CHUNK_TOKENS, total - start)
-            x = self._buffer(t, d, flat[0].device)  # (t, K, d) float64, reused across batches
+            x = self._buffer(t, d, self.dist_sum.device)  # (t, K, d) float64, reused across batches
             for k, f in enumerate(flat):
                 # One converting copy per state: no float32 stack, no separate float64 cast.
-                x[:, k].copy_(f[start : start + t] if rows is None else f.index_select(0, rows[start : start + t]))
+                # States may sit on several devices (accelerate device map): the copy gathers them on x's.
+                x[:, k].copy_(f[start : start + t] if rows is None
+                              else f.index_select(0, rows[start : start + t].to(f.device)))
             cos, sq = cosine_gram(x)  # (t, K, K), (t, K)
             self.dist_sum += torch.arccos(cos).sum(0) / math.pi
             self.cos0_sum += cos[:, :, 0].sum(0)

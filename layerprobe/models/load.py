@@ -72,6 +72,84 @@ def resolve_device(device: str = "auto") -> str:
     raise ModelLoadError(f"Unknown device '{device}': use auto, cpu, cuda or cuda:N.")
 
 
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def parse_device_map(spec: str) -> str | dict:
+    """auto / balanced / balanced_low_0 / sequential, or a JSON object {module name: device} inline or in a file."""
+    import json
+
+    if spec in DEVICE_MAPS:
+        return spec
+    path = Path(spec).expanduser()
+    if spec.endswith(".json") and not path.is_file():
+        raise ModelLoadError(f"--device-map file '{spec}' does not exist: pass an existing JSON file or 'auto'.")
+    try:
+        mapping = json.loads(path.read_text() if path.is_file() else spec)
+    except (json.JSONDecodeError, OSError):
+        mapping = None
+    if not isinstance(mapping, dict) or not mapping:
+        raise ModelLoadError(f"--device-map '{spec}' is not {', '.join(DEVICE_MAPS)} or a JSON object of module "
+                             "name -> device, e.g. '{\"model.embed_tokens\": 0, \"model.layers\": 1}'.")
+    return mapping
+
+
+def placement_kwargs(device_map: str, offload: str) -> dict:
+    """from_pretrained keywords for an accelerate device map; --offload says where weights may spill."""
+    import torch
+
+    mapping = parse_device_map(device_map)
+    kwargs: dict[str, Any] = {"device_map": mapping}
+    if offload.startswith("disk:") and len(offload) > 5:
+        kwargs["offload_folder"] = offload[5:]
+    elif offload not in ("none", "cpu"):
+        raise ModelLoadError(f"Unknown --offload '{offload}': use none (GPUs only), cpu, or disk:FOLDER.")
+    if offload == "none" and isinstance(mapping, str) and torch.cuda.is_available():
+        # GPUs only: whatever does not fit must be an error, not a silent spill to RAM
+        kwargs["max_memory"] = {i: torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())}
+    return kwargs
+
+
+def fit_device_map(mapping: dict, config: Any, head: str, trust_remote_code: bool = False) -> dict:
+    """Module names as the loaded class spells them: 'model.layers.0' and 'layers.0' both work for the base model and
+    the LM head alike (a head's own modules are dropped for the base model); unknown names are an error."""
+    import torch
+
+    with torch.device("meta"):  # names only: no memory, even for a 70B model
+        skeleton = _auto_class(head).from_config(config, trust_remote_code=trust_remote_code)
+    names = {name for name, _ in skeleton.named_modules()}
+    prefix = getattr(skeleton, "base_model_prefix", "")
+    fitted = {}
+    for key, where in mapping.items():
+        if key in names:
+            fitted[key] = where
+        elif prefix and key.startswith(prefix + ".") and key[len(prefix) + 1 :] in names:
+            fitted[key[len(prefix) + 1 :]] = where
+        elif prefix and f"{prefix}.{key}" in names:
+            fitted[f"{prefix}.{key}"] = where
+        elif head == "base" and prefix and not key.startswith(prefix + "."):
+            continue  # e.g. lm_head in a map written for the causal LM
+        else:
+            example = next((n for n in sorted(names) if n.count(".") == 2 and n[-1].isdigit()), sorted(names)[1])
+            raise ModelLoadError(f"--device-map names '{key}', which is not a module of this model: use names like "
+                                 f"'{example}'.")
+    return fitted
+
+
+def input_device(model: Any) -> str:
+    """Where input ids go: the device of the input embeddings (also under an accelerate device map)."""
+    placed = getattr(model, "hf_device_map", None)
+    embeddings = model.get_input_embeddings()
+    if placed:
+        name = next(n for n, m in model.named_modules() if m is embeddings)
+        owners = [k for k in placed if k == "" or name == k or name.startswith(k + ".")]
+        where = placed[max(owners, key=len)] if owners else next(iter(placed.values()))
+        if isinstance(where, int):
+            return f"cuda:{where}"
+        return "cpu" if where in ("disk", "meta") else str(where)
+    return str(embeddings.weight.device)
+
+
 def resolve_dtype(dtype: str, device: str) -> str:
     """'auto' -> float32 on CPU, bfloat16 on GPU."""
     if dtype not in DTYPES:
@@ -156,8 +234,14 @@ def load_model(
     device: str = "auto",
     revision: str | None = None,
     trust_remote_code: bool = False,
+    device_map: str | None = None,
+    offload: str = "none",
 ) -> LoadedModel:
-    """Load model + tokenizer from a hub id, a local folder or the embedded alias, in eval mode."""
+    """Load model + tokenizer from a hub id, a local folder or the embedded alias, in eval mode.
+
+    With device_map, accelerate spreads the blocks over the GPUs (and RAM or disk with offload) and `device` is
+    where the input embeddings landed.
+    """
     import torch
     import transformers
 
@@ -166,7 +250,8 @@ def load_model(
     if head not in HEADS:
         raise ModelLoadError(f"Unknown model head '{head}': use one of {', '.join(HEADS)}.")
     source, path = locate(spec)
-    device = resolve_device(device)
+    placement = placement_kwargs(device_map, offload) if device_map else {}
+    device = resolve_device("auto" if device_map else device)
     dtype = resolve_dtype(dtype, device)
     transformers.utils.logging.disable_progress_bar()  # the CLI draws its own progress
     where = str(path) if path is not None else spec
@@ -175,11 +260,23 @@ def load_model(
         config = transformers.AutoConfig.from_pretrained(where, **common)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
+    if isinstance(placement.get("device_map"), dict):
+        placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
     try:
         model, info = _auto_class(head).from_pretrained(
-            where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **common
+            where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
         )
     except Exception as exc:  # torch, safetensors and transformers each raise their own types here
+        if placement and "offload" in str(exc):
+            raise ModelLoadError(
+                f"'{spec}' does not fit with --device-map {device_map} on the memory allowed (--offload {offload}): "
+                "add GPUs, or pass --offload cpu or --offload disk:FOLDER."
+            ) from None
+        if placement and ("device_map" in str(exc) or "device map" in str(exc)):
+            text = _first_line(exc)
+            text = text if len(text) < 200 else text[:200].rsplit(",", 1)[0] + ", ..."
+            raise ModelLoadError(f"--device-map does not cover '{spec}': {text}. Name every module of the model, "
+                                 "or use --device-map auto.") from None
         if "Unrecognized configuration class" in str(exc):
             raise ModelLoadError(
                 f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "
@@ -196,7 +293,10 @@ def load_model(
             f"Could not load a tokenizer for '{spec}': {_first_line(exc)}. Save one next to the weights "
             "(tokenizer.save_pretrained(folder))."
         ) from None
-    model.to(device)
+    if placement:
+        device = input_device(model)
+    else:
+        model.to(device)
     model.eval()
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no KV caches while probing or scoring
