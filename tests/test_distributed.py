@@ -45,3 +45,12 @@ def test_distributed_error_is_said_once_and_all_ranks_fail(tmp_path):
     result = torchrun(["angular", tmp_path / "missing-model", "--dataset", "builtin", "--device", "cpu"], tmp_path)
     assert result.returncode != 0
     assert (result.stdout + result.stderr).count("does not exist") == 1
+
+
+def test_more_processes_than_batches_is_refused(model_dirs, tmp_path):
+    args = ["angular", model_dirs["llama"], "--dataset", "builtin", "--tokens", 96, "--seq-len", 48, "--batch-size", 2,
+            "--device", "cpu", "--out", tmp_path / "dp"]  # one batch for two processes
+    result = torchrun(args, tmp_path)
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0 and text.count("make 1 batch(es) of 2 x 48 tokens for 2 processes") == 1, text
+    assert "layerprobe/angular.py" not in text and not (tmp_path / "dp").exists()  # torchrun's own report only

@@ -24,6 +24,10 @@ EXIT_USAGE = 2
 def fail(message: str) -> typer.Exit:
     if os.environ.get("RANK", "0") == "0":  # distributed runs: rank 0 says it, every rank exits non-zero
         console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    else:
+        import time
+
+        time.sleep(2)  # torchrun stops every rank once one exits: give rank 0 the time to say why
     return typer.Exit(EXIT_USAGE)
 
 
