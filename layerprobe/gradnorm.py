@@ -65,11 +65,13 @@ def lm_inputs(ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any
 
 def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> Any:
     """Causal LM loss or masked-LM loss for encoders."""
+    from layerprobe.models.layers import loss_only_kwargs
     from layerprobe.models.load import input_device
 
     device = input_device(model)
     inp, mask, labels = lm_inputs(ids, mask, encoder, tokenizer, generator)
-    out = model(input_ids=inp.to(device), attention_mask=mask.to(device), labels=labels.to(device))
+    out = model(input_ids=inp.to(device), attention_mask=mask.to(device), labels=labels.to(device),
+                **loss_only_kwargs(model))
     if out.loss is None:
         raise ModelLoadError("The model returned no loss: gradnorm needs a causal or masked LM head.")
     return out.loss
@@ -79,7 +81,7 @@ def measure(model: Any, stack: Any, batch_list: list, encoder: bool, tokenizer: 
     """One gradient per batch; rows of (batch, layer, kind, module, grad_norm) and (batch, layer, variance)."""
     import torch
 
-    from layerprobe.metrics.gradients import input_grad_norm, output_variance, parameter_grad_norms
+    from layerprobe.metrics.gradients import GradSquares, input_grad_norm, output_variance
 
     rows = []
     generator = torch.Generator().manual_seed(seed)
@@ -93,18 +95,22 @@ def measure(model: Any, stack: Any, batch_list: list, encoder: bool, tokenizer: 
     for param in frozen:
         param.requires_grad_(False)
     try:
-        for b, (ids, mask) in enumerate(batch_list):
-            model.zero_grad(set_to_none=True)
-            lm_loss(model, ids, mask, encoder, tokenizer, generator).backward()
-            for layer, block in enumerate(stack.blocks):
-                for module, value in parameter_grad_norms(block).items():
-                    rows.append({"batch": b, "layer": layer, "kind": "params", "module": module, "grad_norm": value})
-                grad = inputs[layer].grad if inputs[layer] is not None else None
-                if grad is not None:
-                    rows.append({"batch": b, "layer": layer, "kind": "input", "module": "block",
-                                 "grad_norm": input_grad_norm(grad, mask.to(grad.device))})
-                rows.append({"batch": b, "layer": layer, "kind": "variance", "module": "block",
-                             "variance": output_variance(outputs[layer], mask.to(outputs[layer].device))})
+        with GradSquares(stack.blocks) as squares:
+            for b, (ids, mask) in enumerate(batch_list):
+                model.zero_grad(set_to_none=True)
+                squares.reset()
+                lm_loss(model, ids, mask, encoder, tokenizer, generator).backward()
+                for layer in range(len(stack.blocks)):
+                    for module, value in squares.norms(layer).items():
+                        rows.append({"batch": b, "layer": layer, "kind": "params", "module": module,
+                                     "grad_norm": value})
+                    grad = inputs[layer].grad if inputs[layer] is not None else None
+                    if grad is not None:
+                        rows.append({"batch": b, "layer": layer, "kind": "input", "module": "block",
+                                     "grad_norm": input_grad_norm(grad, mask.to(grad.device))})
+                    rows.append({"batch": b, "layer": layer, "kind": "variance", "module": "block",
+                                 "variance": output_variance(outputs[layer], mask.to(outputs[layer].device))})
+                    inputs[layer] = outputs[layer] = None
     finally:
         for handle in handles:
             handle.remove()

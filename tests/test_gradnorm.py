@@ -208,3 +208,24 @@ def test_gradnorm_on_checkpoints(arch, extra, label, model_dirs, tmp_path):
     table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
     assert set(table["norm"]) == {label} and sorted(set(table["layer"])) == [0, 1, 2, 3]
     assert (table[(table.kind == "params") & (table.module == "block")]["grad_norm"] > 0).all()
+
+
+@pytest.mark.parametrize("head_trains", [False, True])
+def test_fused_head_cross_entropy_matches_torch(head_trains, monkeypatch):
+    import layerprobe.models.inhouse.fused_loss as fused
+
+    monkeypatch.setattr(fused, "CHUNK_ROWS", 96)  # several chunks, one partly ignored, one wholly ignored
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 150, 16, dtype=torch.float64, generator=gen, requires_grad=True)
+    weight = (torch.randn(40, 16, dtype=torch.float64, generator=gen) * 0.3).requires_grad_(head_trains)
+    target = torch.randint(0, 40, (2, 150), generator=gen)
+    target[1, 40:] = -100
+    loss = fused.linear_cross_entropy(hidden, weight, target)
+    (loss * 3.0).backward()
+    got = [hidden.grad.clone()] + ([weight.grad.clone()] if head_trains else [])
+    hidden.grad = weight.grad = None
+    reference = F.cross_entropy((hidden @ weight.T).reshape(-1, 40), target.reshape(-1), ignore_index=-100)
+    (reference * 3.0).backward()
+    assert loss.item() == pytest.approx(reference.item(), rel=1e-12)
+    for a, b in zip(got, [hidden.grad] + ([weight.grad] if head_trains else [])):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)

@@ -9,17 +9,48 @@ import torch
 from layerprobe.models.layers import submodule_kind
 
 
-def parameter_grad_norms(block: Any) -> dict[str, float]:
-    """L2 norm of the gradient of all the block's parameters ('block') and per 'attn' / 'mlp' / 'norm'."""
-    squares: dict[str, float] = {"block": 0.0}
-    for name, param in block.named_parameters():
-        if param.grad is None:
-            continue
-        value = float(param.grad.detach().double().pow(2).sum())
-        squares["block"] += value
-        kind = submodule_kind(name)
-        squares[kind] = squares.get(kind, 0.0) + value
-    return {k: v**0.5 for k, v in squares.items()}
+class GradSquares:
+    """Context manager: per block, the float64 sum of squared parameter gradients ('block' and per 'attn' / 'mlp' /
+    'norm'), taken the moment each gradient is complete; the gradient is then dropped.
+
+    No block's gradients outlive its part of the backward pass, so a 7B model needs no second copy of its
+    weights for gradients, and each gradient is read once while it is fresh.
+    """
+
+    def __init__(self, blocks: Any) -> None:
+        self.blocks = list(blocks)
+        self.sums: list[dict[str, torch.Tensor]] = []
+        self._handles: list = []
+
+    def __enter__(self) -> GradSquares:
+        self.reset()
+        for index, block in enumerate(self.blocks):
+            for name, param in block.named_parameters():
+                if param.requires_grad:
+                    self._handles.append(param.register_post_accumulate_grad_hook(self._hook(index, submodule_kind(name))))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def reset(self) -> None:
+        self.sums = [{} for _ in self.blocks]
+
+    def _hook(self, index: int, kind: str):
+        def hook(param: torch.Tensor) -> None:
+            square = torch.linalg.vector_norm(param.grad, dtype=torch.float64).square()
+            sums = self.sums[index]
+            for key in ("block", kind):
+                sums[key] = sums[key] + square if key in sums else square
+            param.grad = None
+
+        return hook
+
+    def norms(self, index: int) -> dict[str, float]:
+        """L2 norms of block `index`'s gradients since the last reset: 'block' first, then its sub-modules."""
+        return {k: float(v) ** 0.5 for k, v in self.sums[index].items()}
 
 
 def input_grad_norm(grad: torch.Tensor, mask: torch.Tensor | None = None) -> float:

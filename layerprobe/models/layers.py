@@ -122,3 +122,10 @@ def submodule_kind(name: str) -> str:
     if "attn" in lowered or "attention" in lowered:
         return "attn"
     return "mlp"
+
+
+def loss_only_kwargs(model: Any) -> dict:
+    """Forward keywords that skip the logits when only the loss is needed (the in-house family's fused head)."""
+    from layerprobe.models.inhouse.configuration import ProbeLlamaConfig
+
+    return {"return_logits": False} if isinstance(getattr(model, "config", None), ProbeLlamaConfig) else {}

@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 from layerprobe.models.inhouse.configuration import ProbeLlamaConfig
+from layerprobe.models.inhouse.fused_loss import linear_cross_entropy
 from layerprobe.models.placement import residual_step
 
 
@@ -196,14 +197,19 @@ class ProbeLlamaForCausalLM(ProbeLlamaPreTrainedModel):
         return self.lm_head
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **kwargs: Any) -> CausalLMOutput:
+                labels: torch.Tensor | None = None, return_logits: bool = True, **kwargs: Any) -> CausalLMOutput:
+        """return_logits=False with labels: the loss alone, through the fused head + cross-entropy (no logits)."""
         hidden = self.model(input_ids, attention_mask=attention_mask).last_hidden_state
-        logits = self.lm_head(hidden)  # (batch, seq, vocab)
-        loss = None
+        target = None
         if labels is not None:
             # shift the labels, not the logits: no copy of the (batch, seq, vocab) tensor
             target = torch.full_like(labels, -100)
             target[:, :-1] = labels[:, 1:]
+        if target is not None and not return_logits:
+            return CausalLMOutput(loss=linear_cross_entropy(hidden, self.lm_head.weight, target), logits=None)
+        logits = self.lm_head(hidden)  # (batch, seq, vocab)
+        loss = None
+        if target is not None:
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), target.view(-1), ignore_index=-100)
         return CausalLMOutput(loss=loss, logits=logits)
 
