@@ -101,9 +101,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")
     started, clock = start_time(), time.perf_counter()
     world = current_world()
-    if world.size > 1 and config.model.device_map:
-        raise ConfigError("--device-map under torchrun would spread every process over all GPUs: run one process "
-                          "with --device-map, or torchrun without it (one GPU per process).")
+    world.refuse_device_map(config.model.device_map)
     model_opts = dataclasses.replace(config.model, device=world.device(config.model.device))
     corpus, loaded, stack, seq_len, warnings = prepare_probe(model_opts, config.data)
     model, device = loaded.model, loaded.device

@@ -28,6 +28,14 @@ class World:
             return f"cuda:{self.local_rank}"
         return requested
 
+    def refuse_device_map(self, device_map: str | None) -> None:
+        """A device map spreads one process over all GPUs: not with several processes."""
+        if self.size > 1 and device_map:
+            from layerprobe.errors import ConfigError
+
+            raise ConfigError("--device-map under torchrun would spread every process over all GPUs: run one "
+                              "process with --device-map, or torchrun without it (one GPU per process).")
+
     def sum(self, tensor: Any) -> Any:
         """In-place all-reduce (sum) across ranks; returns the tensor."""
         if self.size > 1:

@@ -160,6 +160,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
 
     from layerprobe.data.corpora import open_corpus
     from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
+    from layerprobe.distributed import current_world
     from layerprobe.models.inhouse import PLACEMENTS, build, make_config
     from layerprobe.models.layers import find_blocks
     from layerprobe.models.load import resolve_device, resolve_dtype
@@ -168,6 +169,9 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     from layerprobe.training import train
 
     started, clock = start_time(), time.perf_counter()
+    world = current_world()
+    progress = progress if world.main else silent
+    world.refuse_device_map(config.model.device_map if config.model else None)
     if config.seeds <= 0 or config.batches <= 0:
         raise ConfigError("--seeds and --batches must be positive integers.")
     check_sizes(1, config.data.seq_len, config.data.batch_size)
@@ -193,7 +197,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
             tokenizer = transformers.AutoTokenizer.from_pretrained(tokenizer_spec)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"Could not load tokenizer '{tokenizer_spec}': {str(exc).splitlines()[0]}.") from None
-        device = resolve_device(config.device)
+        device = resolve_device(world.device(config.device))
         dtype = resolve_dtype(config.dtype, device)
         make_config(config.arch, config.norms[0], mix_alpha=config.alpha, norm_type=config.norm_type)  # validate early
         cases = [(norm, None) for norm in config.norms]
@@ -207,7 +211,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
         encoder = peek_model_type(config.model.model, config.model.revision,
                                   config.model.trust_remote_code) in ENCODER_MODEL_TYPES
         loaded = load_model(config.model.model, head="masked-lm" if encoder else "causal-lm", dtype=config.dtype,
-                            device=config.model.device, revision=config.model.revision,
+                            device=world.device(config.model.device), revision=config.model.revision,
                             trust_remote_code=config.model.trust_remote_code,
                             device_map=config.model.device_map, offload=config.model.offload)
         tokenizer, device, name, dtype = loaded.tokenizer, loaded.device, loaded.spec, loaded.dtype
@@ -224,50 +228,63 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     batch_list = [(b.input_ids, b.attention_mask) for b in stream(tokens)][: config.batches]
     if not batch_list:
         raise empty_corpus_error(corpus.spec)
+    # One job per (placement, seed); under torchrun rank r runs jobs r, r + world, ... (each seeds its own model,
+    # so the numbers do not depend on the number of processes) and rank 0 writes the run folder.
+    jobs = [(norm, loaded, seed) for norm, loaded in cases
+            for seed in range(1 if loaded is not None and not config.reinit else config.seeds)]
+    if world.size > len(jobs):
+        raise ConfigError(f"{world.size} processes for {len(jobs)} model(s) (placements x seeds): some would idle; "
+                          f"run at most {len(jobs)} processes.")
+    mine = [(index, *job) for index, job in enumerate(jobs) if index % world.size == world.rank]
     rows, losses = [], []
-    runs = len(cases) * (1 if config.model is not None and not config.reinit else config.seeds)
-    total = runs * (1 + config.train.steps)
+    total = len(mine) * (1 + config.train.steps)
     done = 0
     progress("steps" if config.train.steps else "models", 0, total)
-    for norm, loaded in cases:
-        for seed in range(config.seeds):
-            torch.manual_seed(seed)
-            if loaded is None:
-                cfg = make_config(config.arch, norm, mix_alpha=config.alpha, norm_type=config.norm_type,
-                                  vocab_size=len(tokenizer), max_position_embeddings=max(1024, config.data.seq_len))
-                model = build(cfg, device, getattr(torch, dtype))
-            elif config.reinit:
-                model = type(loaded.model)._from_config(loaded.model.config).to(device)
-            else:
-                model = loaded.model
-            model.eval()  # no dropout: the gradient of the deterministic network
-            stack = find_blocks(model, config.model.layers_path if config.model else None)
+    for job, norm, loaded, seed in mine:
+        torch.manual_seed(seed)
+        if loaded is None:
+            cfg = make_config(config.arch, norm, mix_alpha=config.alpha, norm_type=config.norm_type,
+                              vocab_size=len(tokenizer), max_position_embeddings=max(1024, config.data.seq_len))
+            model = build(cfg, device, getattr(torch, dtype))
+        elif config.reinit:
+            model = type(loaded.model)._from_config(loaded.model.config).to(device)
+        else:
+            model = loaded.model  # trained weights: one job, seeds would repeat the same numbers
+        model.eval()  # no dropout: the gradient of the deterministic network
+        stack = find_blocks(model, config.model.layers_path if config.model else None)
 
-            def record(step: int) -> None:
-                for row in measure(model, stack, batch_list, encoder, tokenizer, seed):
-                    rows.append({"norm": norm, "seed": seed, "step": step, **row})
+        def record(step: int) -> None:
+            for row in measure(model, stack, batch_list, encoder, tokenizer, seed):
+                rows.append({"job": job, "norm": norm, "seed": seed, "step": step, **row})
 
-            if 0 in steps:
-                record(0)
-            done += 1
-            progress("steps" if config.train.steps else "models", done, total)
-            if config.train.steps:
-                generator = torch.Generator().manual_seed(seed)
-                source = _cycle(stream, warnings)
-                training = (lm_inputs(ids, mask, encoder, tokenizer, generator) for ids, mask in source)
+        if 0 in steps:
+            record(0)
+        done += 1
+        progress("steps" if config.train.steps else "models", done, total)
+        if config.train.steps:
+            generator = torch.Generator().manual_seed(seed)
+            source = _cycle(stream, warnings)
+            training = (lm_inputs(ids, mask, encoder, tokenizer, generator) for ids, mask in source)
 
-                def after(step: int, loss: float) -> None:
-                    nonlocal done
-                    losses.append({"norm": norm, "seed": seed, "step": step, "loss": loss})
-                    if step in steps:
-                        record(step)
-                    done += 1
-                    progress("steps", done, total)
+            def after(step: int, loss: float) -> None:
+                nonlocal done
+                losses.append({"job": job, "norm": norm, "seed": seed, "step": step, "loss": loss})
+                if step in steps:
+                    record(step)
+                done += 1
+                progress("steps", done, total)
 
-                train(model, training, config.train, after)
-            if loaded is not None and not config.reinit:
-                break  # trained weights: seeds would repeat the same numbers
-            del model
+            train(model, training, config.train, after)
+        del model
+    gathered = world.gather((rows, losses, warnings))
+    if not world.main:
+        return GradnormRun(None, None, {}, warnings)
+    # every rank's rows in job order: the table of a single process
+    rows = sorted((r for part in gathered for r in part[0]), key=lambda r: r["job"])
+    losses = sorted((r for part in gathered for r in part[1]), key=lambda r: r["job"])
+    warnings = list(dict.fromkeys(w for part in gathered for w in part[2]))
+    for row in rows + losses:
+        del row["job"]
     raw = pd.DataFrame(rows)
     keys = ["norm", "step", "layer", "kind", "module"]
     grads = raw[raw["kind"] != "variance"].groupby(keys, sort=False)["grad_norm"]

@@ -54,3 +54,23 @@ def test_more_processes_than_batches_is_refused(model_dirs, tmp_path):
     text = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0 and text.count("make 1 batch(es) of 2 x 48 tokens for 2 processes") == 1, text
     assert "layerprobe/angular.py" not in text and not (tmp_path / "dp").exists()  # torchrun's own report only
+
+
+def test_gradnorm_jobs_split_over_two_processes(tmp_path):
+    from layerprobe.config import GradnormConfig
+    from layerprobe.gradnorm import run_gradnorm
+
+    common = ["--arch", "tiny", "--norm", "pre,post", "--seeds", 2, "--batches", 2, "--seq-len", 32,
+              "--batch-size", 2, "--dataset", "builtin", "--device", "cpu"]
+    result = torchrun(["gradnorm", *common, "--out", tmp_path / "dp"], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    single = run_gradnorm(GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",
+                                         data=DataOptions("builtin", "text", 0, 32, 2), out=str(tmp_path / "one")))
+    for name in ("gradnorm.csv", "variance.csv", "gradnorm_samples.csv"):
+        a, b = pd.read_csv(tmp_path / "dp" / name), pd.read_csv(single.folder / name)
+        pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-9)  # same rows, same order
+    result = torchrun(["gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", 1, "--dataset", "builtin",
+                       "--device", "cpu", "--out", tmp_path / "idle"], tmp_path)
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0 and text.count("2 processes for 1 model(s)") == 1, text
+    assert not (tmp_path / "idle").exists()

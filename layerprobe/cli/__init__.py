@@ -48,6 +48,9 @@ def root(
 
 
 def main() -> None:
+    from layerprobe.memory import keep_freed_memory
+
+    keep_freed_memory()  # CLI runs repeat large passes: reuse freed pages (see layerprobe/memory.py)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     app()

@@ -67,6 +67,8 @@ def gradnorm(
     )
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
+    if run.folder is None:
+        return  # a non-zero rank of a distributed run: rank 0 reports
     show_warnings(run.warnings)
     table = Table(title="Last third of layers over first third (at the first recorded step)")
     table.add_column("placement")
