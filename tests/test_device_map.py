@@ -82,3 +82,14 @@ def test_bad_device_maps(device_map, offload, needle, model_dirs, tmp_path):
                           "--out", tmp_path / "x")
     assert result.exit_code == 2 and needle in text and "Traceback" not in text, text
     assert not (tmp_path / "x").exists()
+
+
+def test_spill_off_the_gpus_is_refused_without_offload(model_dirs, tmp_path, monkeypatch):
+    import layerprobe.models.load as load
+
+    # What accelerate returns when an auto map over GPUs (max_memory set) runs out: modules left on cpu/disk.
+    spilled = {**SPLIT, "model.layers.3": "disk"}
+    monkeypatch.setattr(load, "placement_kwargs", lambda device_map, offload: {
+        "device_map": spilled, "max_memory": {0: 1}, "offload_folder": str(tmp_path / "o")})
+    with pytest.raises(load.ModelLoadError, match=r"does not fit on the 1 visible GPU\(s\) .* pass --offload cpu"):
+        load.load_model(str(model_dirs["llama"]), device_map="auto")

@@ -294,6 +294,14 @@ def load_model(
             "(tokenizer.save_pretrained(folder))."
         ) from None
     if placement:
+        spilled = sorted(k for k, v in getattr(model, "hf_device_map", {}).items() if v in ("cpu", "disk"))
+        if offload == "none" and "max_memory" in placement and spilled:  # auto placement with GPUs only
+            del model
+            raise ModelLoadError(
+                f"'{spec}' does not fit on the {len(placement['max_memory'])} visible GPU(s) with --device-map "
+                f"{device_map} ({len(spilled)} modules left over, e.g. {spilled[0]}): add GPUs, or pass --offload cpu "
+                "or --offload disk:FOLDER."
+            )
         device = input_device(model)
     else:
         model.to(device)
