@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     import torch
 
     from layerprobe.angular import model_facts, prepare_probe
+    from layerprobe.distributed import current_world
     from layerprobe.models.layers import is_encoder
     from layerprobe.runs.folder import prepare_run_dir, slug
     from layerprobe.runs.manifest import start_time
@@ -104,6 +106,16 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     started, clock = start_time(), time.perf_counter()
     kind = task_kind(config.task)
     shard = parse_shard(config.shard)
+    world = current_world()
+    world.refuse_device_map(config.model.device_map)
+    if world.size > 1:  # torchrun: rank r sweeps shard r+1 of N on its own device, rank 0 merges at the end
+        if shard:
+            raise ConfigError("--shard under torchrun: torchrun already splits the sweep over its processes; drop "
+                              "--shard, or run N separate processes with --shard K/N.")
+        shard = (world.rank + 1, world.size)
+        config = dataclasses.replace(config, shard=f"{shard[0]}/{shard[1]}",
+                                     model=dataclasses.replace(config.model, device=world.device(config.model.device)))
+        progress = progress if world.main else silent
     harness = squad = None
     if kind == "lm-eval":  # build tasks before loading the model: a bad name fails in seconds
         from layerprobe.evaluation.harness import HarnessTask
@@ -135,8 +147,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if shard:
         variants = shard_of(variants, *shard)
 
-    name = f"prune-{slug(config.task)}" + (f"-shard-{shard[0]}-of-{shard[1]}" if shard else "")
-    out = config.out or str(Path("reports") / slug(loaded.spec) / name)
+    base = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
+    suffix = f"-shard-{shard[0]}-of-{shard[1]}" if shard else ""
+    out = base + suffix if world.size > 1 or not config.out else config.out
     if config.resume and not Path(out).is_dir():
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
@@ -168,7 +181,15 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
                   "shared_prefix": ledger.state.get("shared_prefix")}
     from layerprobe.prune_report import write_prune_outputs
 
-    return write_prune_outputs(folder, ledger.rows, config, facts, higher, started, seconds, warnings)
+    run = write_prune_outputs(folder, ledger.rows, config, facts, higher, started, seconds, warnings)
+    if world.size == 1:
+        return run
+    folders = world.gather(str(run.folder))  # also waits for every rank's shard
+    if not world.main:
+        return PruneRun(None, None, {}, warnings)
+    from layerprobe.runs.merge import merge_shards
+
+    return merge_shards(folders, base, overwrite=config.overwrite, formats=config.formats)
 
 
 def _sweep_taskfree(config, corpus, loaded, stack, seq_len, variants, ledger, progress, warnings) -> None:

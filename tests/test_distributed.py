@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def test_gradnorm_jobs_split_over_two_processes(tmp_path):
     text = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0 and text.count("2 processes for 1 model(s)") == 1, text
     assert not (tmp_path / "idle").exists()
+
+
+def test_prune_under_torchrun_shards_and_merges(model_dirs, tmp_path):
+    from layerprobe.config import PruneConfig
+    from layerprobe.prune import run_prune
+
+    folder = model_dirs["llama"]
+    args = ["prune", folder, "--task", "ppl", "--dataset", "builtin", "--tokens", 256, "--seq-len", 32,
+            "--batch-size", 4, "--device", "cpu", "--out", tmp_path / "dp"]
+    result = torchrun(args, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    single = run_prune(PruneConfig(task="ppl", model=ModelOptions(str(folder), "float32", "cpu"),
+                                   data=DataOptions("builtin", "text", 256, 32, 4), out=str(tmp_path / "one")))
+    a, b = pd.read_csv(tmp_path / "dp" / "prune.csv"), pd.read_csv(single.folder / "prune.csv")
+    pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-6)  # every layer, one row each, in order
+    shards = [json.loads((tmp_path / f"dp-shard-{k}-of-2" / "summary.json").read_text())["shard"] for k in (1, 2)]
+    assert [s["variants"] for s in shards] == [["0", "2"], ["1", "3"]]
+    assert json.loads((tmp_path / "dp" / "manifest.json").read_text())["shards"] == 2

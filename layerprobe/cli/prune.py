@@ -80,6 +80,8 @@ def prune(
     )
     with progress_bar() as progress:
         run = call(run_prune, config, progress)
+    if run.folder is None:
+        return  # a non-zero rank of a distributed run: rank 0 merges and reports
     show_prune(run)
 
 
