@@ -66,7 +66,7 @@ def lm_inputs(ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any
 def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, generator: Any) -> Any:
     """Causal LM loss or masked-LM loss for encoders."""
     from layerprobe.models.layers import loss_only_kwargs
-    from layerprobe.models.load import input_device
+    from layerprobe.models.device_map import input_device
 
     device = input_device(model)
     inp, mask, labels = lm_inputs(ids, mask, encoder, tokenizer, generator)
@@ -275,7 +275,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
                 progress("steps", done, total)
 
             train(model, training, config.train, after)
-        del model
+        model = stack = None  # free this model (its blocks too) before the next one is built
     gathered = world.gather((rows, losses, warnings))
     if not world.main:
         return GradnormRun(None, None, {}, warnings)

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
