@@ -177,6 +177,9 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     check_sizes(1, config.data.seq_len, config.data.batch_size)
     if config.reinit and config.model is None:
         raise ConfigError("--reinit re-initializes a checkpoint from its config: pass MODEL too.")
+    if config.reinit and config.model.device_map:
+        raise ConfigError("--reinit builds the fresh model on one device: drop --device-map, or measure the "
+                          "checkpoint as it is.")
     for norm in config.norms:
         if norm not in PLACEMENTS:
             raise ConfigError(f"Unknown placement '{norm}' in --norm: use {', '.join(PLACEMENTS)}.")

@@ -193,6 +193,7 @@ def test_build_allocates_once_in_the_asked_dtype():
     (["--arch", "tiny", "--norm", "pre,middle"], "middle"),
     (["--arch", "tiny", "--alpha", "1.5"], "[0, 1]"),
     (["--arch", "tiny", "--reinit"], "--reinit"),
+    (["minilm", "--reinit", "--device-map", "auto"], "--reinit builds the fresh model on one device"),
 ])
 def test_gradnorm_bad_input(args, needle):
     result = runner.invoke(app, ["gradnorm", "--dataset", "builtin", *args])
