@@ -218,6 +218,12 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
                             trust_remote_code=config.model.trust_remote_code,
                             device_map=config.model.device_map, offload=config.model.offload)
         tokenizer, device, name, dtype = loaded.tokenizer, loaded.device, loaded.spec, loaded.dtype
+        if loaded.new_head and not config.reinit:
+            raise ModelLoadError(
+                f"'{name}' has no trained {'masked' if encoder else 'causal'}-LM head ({', '.join(loaded.new_head[:3])} "
+                "missing), so its loss would go through random weights: pass --reinit to measure at initialization, "
+                "or a checkpoint saved with its LM head."
+            )
         offloaded = sum(p.numel() for p in loaded.model.parameters() if p.device.type == "meta")
         if offloaded:
             raise ConfigError(f"gradnorm needs every weight resident on a device, and {offloaded:,} parameters of "

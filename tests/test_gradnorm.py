@@ -230,3 +230,20 @@ def test_fused_head_cross_entropy_matches_torch(head_trains, monkeypatch):
     assert loss.item() == pytest.approx(reference.item(), rel=1e-12)
     for a, b in zip(got, [hidden.grad] + ([weight.grad] if head_trains else [])):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+
+
+def test_checkpoint_without_lm_head_is_refused(tmp_path, tokenizer):
+    from tests.conftest import tiny_config
+
+    torch.manual_seed(0)
+    base = transformers.LlamaModel(tiny_config("llama", len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id))
+    base.save_pretrained(tmp_path / "base")  # decoder blocks, no lm_head
+    tokenizer.save_pretrained(tmp_path / "base")
+    result = runner.invoke(app, ["gradnorm", str(tmp_path / "base"), "--dataset", "builtin", "--seq-len", "32",
+                                 "--batch-size", "2", "--out", str(tmp_path / "run")])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "has no trained causal-LM head (lm_head.weight missing)" in text, text
+    assert not (tmp_path / "run").exists()
+    result = runner.invoke(app, ["gradnorm", str(tmp_path / "base"), "--reinit", "--dataset", "builtin", "--seq-len",
+                                 "32", "--batch-size", "2", "--seeds", "1", "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output  # at initialization a random head is the point
