@@ -120,3 +120,13 @@ def test_help_does_not_import_heavy_modules():
             "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'lm_eval') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cli_memory_setting_is_accepted_by_glibc():
+    import platform
+
+    from layerprobe.memory import keep_freed_memory
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt is glibc's")
+    assert keep_freed_memory()  # every mallopt value within glibc's limits (32 MiB is the mmap threshold's cap)
