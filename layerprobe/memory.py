@@ -16,7 +16,7 @@ import logging
 log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's upper limit: blocks below it come from the reusable heap
+MMAP_THRESHOLD = 32 * 1024 * 1024  # blocks below it come from the reusable heap (glibc's documented cap)
 TOP_PAD = 64 * 1024 * 1024
 
 
