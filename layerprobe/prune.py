@@ -144,6 +144,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         warnings += squad.prepare(model, loaded.tokenizer)
     variants = sweep(len(stack), config.block, parse_layers(config.layers, len(stack)))
     sweep_size = len(variants)
+    if world.size > sweep_size:
+        raise ConfigError(f"{world.size} processes for {sweep_size} variants: some would idle; run at most "
+                          f"{sweep_size} processes.")
     if shard:
         variants = shard_of(variants, *shard)
 

@@ -93,3 +93,7 @@ def test_prune_under_torchrun_shards_and_merges(model_dirs, tmp_path):
     shards = [json.loads((tmp_path / f"dp-shard-{k}-of-2" / "summary.json").read_text())["shard"] for k in (1, 2)]
     assert [s["variants"] for s in shards] == [["0", "2"], ["1", "3"]]
     assert json.loads((tmp_path / "dp" / "manifest.json").read_text())["shards"] == 2
+    result = torchrun([*args[:-1], tmp_path / "one-variant", "--layers", 0], tmp_path)
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode != 0 and text.count("2 processes for 1 variants") == 1, text
+    assert not (tmp_path / "one-variant").exists() and not (tmp_path / "one-variant-shard-1-of-2").exists()
