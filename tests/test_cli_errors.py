@@ -145,8 +145,9 @@ def test_cli_memory_setting_reuses_freed_pages():
 
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
-    faults = {mode: int(subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True,
-                                       check=True).stdout) for mode in ("off", "on")}
-    # glibc's defaults give the pages back and fault them in again on every pass (~150K faults here); kept, they
-    # are reused (~12K)
-    assert faults["on"] * 4 < faults["off"], faults
+    faults = int(subprocess.run([sys.executable, "-c", FAULTS, "on"], capture_output=True, text=True,
+                                check=True).stdout)
+    touched = 20 * 12_200_000 * 4 // 4096  # pages written by the 20 measured cycles (~238K)
+    # Kept pages are reused: a small fraction of the pages written fault in (~10K measured). Handed back to the
+    # kernel, as glibc may do by default for blocks this size, every cycle faults them all in again.
+    assert faults < touched // 5, (faults, touched)
