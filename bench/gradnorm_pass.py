@@ -21,6 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 
 from layerprobe.gradnorm import measure  # noqa: E402
+from layerprobe.memory import keep_freed_memory  # noqa: E402
 from layerprobe.models.inhouse import build, make_config  # noqa: E402
 from layerprobe.models.layers import find_blocks  # noqa: E402
 
@@ -48,6 +49,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    keep_freed_memory()  # as the CLI does
 
     cfg = make_config(args.arch, args.norm, vocab_size=args.vocab, max_position_embeddings=max(1024, args.seq_len))
     torch.manual_seed(0)

@@ -106,12 +106,8 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     corpus, loaded, stack, seq_len, warnings = prepare_probe(model_opts, config.data)
     model, device = loaded.model, loaded.device
     per_batch = seq_len * config.data.batch_size
-    if world.size > 1 and -(-config.data.tokens // per_batch) < world.size:
-        raise ConfigError(
-            f"--tokens {config.data.tokens} make {-(-config.data.tokens // per_batch)} batch(es) of "
-            f"{config.data.batch_size} x {seq_len} tokens for {world.size} processes, so some would idle: "
-            f"ask for at least {world.size * per_batch} tokens or run fewer processes."
-        )
+    world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {seq_len} tokens",
+                      f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
     accumulator = AngularAccumulator(len(stack) + 1, device=device)
     sampled: list[tuple[int, list]] = []  # (batch index, per-layer token vectors) for the effective rank
     processed = measured_before = 0  # tokens of all ranks' batches seen so far / measured positions before a batch

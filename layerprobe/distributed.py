@@ -36,6 +36,14 @@ class World:
             raise ConfigError("--device-map under torchrun would spread every process over all GPUs: run one "
                               "process with --device-map, or torchrun without it (one GPU per process).")
 
+    def refuse_idle(self, units: int, what: str, fix: str = "") -> None:
+        """More processes than units of work (batches, models, variants) leaves some idle: refuse before any work."""
+        if self.size > units:
+            from layerprobe.errors import ConfigError
+
+            raise ConfigError(f"{self.size} processes for {units} {what}: some would idle; "
+                              f"{fix or f'run at most {units} processes'}.")
+
     def sum(self, tensor: Any) -> Any:
         """In-place all-reduce (sum) across ranks; returns the tensor."""
         if self.size > 1:

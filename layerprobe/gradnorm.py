@@ -241,9 +241,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     # so the numbers do not depend on the number of processes) and rank 0 writes the run folder.
     jobs = [(norm, loaded, seed) for norm, loaded in cases
             for seed in range(1 if loaded is not None and not config.reinit else config.seeds)]
-    if world.size > len(jobs):
-        raise ConfigError(f"{world.size} processes for {len(jobs)} model(s) (placements x seeds): some would idle; "
-                          f"run at most {len(jobs)} processes.")
+    world.refuse_idle(len(jobs), "model(s) (placements x seeds)")
     mine = [(index, *job) for index, job in enumerate(jobs) if index % world.size == world.rank]
     rows, losses = [], []
     total = len(mine) * (1 + config.train.steps)
@@ -264,7 +262,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
 
         def record(step: int) -> None:
             for row in measure(model, stack, batch_list, encoder, tokenizer, seed):
-                rows.append({"job": job, "norm": norm, "seed": seed, "step": step, **row})
+                rows.append((job, {"norm": norm, "seed": seed, "step": step, **row}))
 
         if 0 in steps:
             record(0)
@@ -277,7 +275,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
 
             def after(step: int, loss: float) -> None:
                 nonlocal done
-                losses.append({"job": job, "norm": norm, "seed": seed, "step": step, "loss": loss})
+                losses.append((job, {"norm": norm, "seed": seed, "step": step, "loss": loss}))
                 if step in steps:
                     record(step)
                 done += 1
@@ -288,12 +286,10 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     gathered = world.gather((rows, losses, warnings))
     if not world.main:
         return GradnormRun(None, None, {}, warnings)
-    # every rank's rows in job order: the table of a single process
-    rows = sorted((r for part in gathered for r in part[0]), key=lambda r: r["job"])
-    losses = sorted((r for part in gathered for r in part[1]), key=lambda r: r["job"])
+    # every rank's (job, row) pairs in job order: the table of a single process (the sort is stable)
+    rows = [row for _, row in sorted((p for part in gathered for p in part[0]), key=lambda p: p[0])]
+    losses = [row for _, row in sorted((p for part in gathered for p in part[1]), key=lambda p: p[0])]
     warnings = list(dict.fromkeys(w for part in gathered for w in part[2]))
-    for row in rows + losses:
-        del row["job"]
     raw = pd.DataFrame(rows)
     keys = ["norm", "step", "layer", "kind", "module"]
     grads = raw[raw["kind"] != "variance"].groupby(keys, sort=False)["grad_norm"]

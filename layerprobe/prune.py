@@ -11,7 +11,7 @@ from typing import Any
 
 from layerprobe.config import PruneConfig
 from layerprobe.errors import ConfigError, RunError, TaskError
-from layerprobe.evaluation.variants import Variant, parse_layers, parse_shard, shard_of, sweep
+from layerprobe.evaluation.variants import Variant, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
 
 log = logging.getLogger(__name__)
@@ -144,15 +144,12 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         warnings += squad.prepare(model, loaded.tokenizer)
     variants = sweep(len(stack), config.block, parse_layers(config.layers, len(stack)))
     sweep_size = len(variants)
-    if world.size > sweep_size:
-        raise ConfigError(f"{world.size} processes for {sweep_size} variants: some would idle; run at most "
-                          f"{sweep_size} processes.")
+    world.refuse_idle(sweep_size, "variants")
     if shard:
         variants = shard_of(variants, *shard)
 
     base = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
-    suffix = f"-shard-{shard[0]}-of-{shard[1]}" if shard else ""
-    out = base + suffix if world.size > 1 or not config.out else config.out
+    out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume and not Path(out).is_dir():
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)

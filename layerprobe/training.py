@@ -34,12 +34,13 @@ def train(model: Any, stream: Iterator[tuple[Any, Any, Any]], settings: TrainSet
     """Run settings.steps updates on (input_ids, attention_mask, labels) batches; on_step(step, loss) after each."""
     import torch
 
+    from layerprobe.models.device_map import input_device
     from layerprobe.models.layers import loss_only_kwargs
 
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=settings.lr, betas=settings.betas, weight_decay=settings.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, settings))
-    device = next(model.parameters()).device
+    device = input_device(model)
     for step in range(1, settings.steps + 1):
         ids, mask, labels = (t.to(device) for t in next(stream))
         optimizer.zero_grad(set_to_none=True)

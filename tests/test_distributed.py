@@ -53,7 +53,8 @@ def test_more_processes_than_batches_is_refused(model_dirs, tmp_path):
             "--device", "cpu", "--out", tmp_path / "dp"]  # one batch for two processes
     result = torchrun(args, tmp_path)
     text = " ".join((result.stdout + result.stderr).split())
-    assert result.returncode != 0 and text.count("make 1 batch(es) of 2 x 48 tokens for 2 processes") == 1, text
+    needle = "2 processes for 1 batch(es) of 2 x 48 tokens: some would idle; ask for at least 192 --tokens"
+    assert result.returncode != 0 and text.count(needle) == 1, text
     assert "layerprobe/angular.py" not in text and not (tmp_path / "dp").exists()  # torchrun's own report only
 
 

@@ -47,6 +47,7 @@ def prune(
 ) -> None:
     """Performance drop dP(l) = P_pruned(l) - P_original of removing each layer (or block of n)."""
     from layerprobe.cli.common import fail
+    from layerprobe.evaluation.variants import shard_suffix
     from layerprobe.project import find_project_config, pick
     from layerprobe.prune import run_prune
 
@@ -72,8 +73,7 @@ def prune(
         shared_prefix=shared_prefix,
         max_memory=parse_size(max_memory) if max_memory else None,
         angular=angular_dir,
-        out=out_dir or (f"{project['out']}/prune-{task}" + (f"-shard-{shard.replace('/', '-of-')}" if shard else "")
-                        if "out" in project else None),
+        out=out_dir or (f"{project['out']}/prune-{task}{call(shard_suffix, shard)}" if "out" in project else None),
         resume=resume,
         overwrite=overwrite,
         formats=parse_formats(formats),

@@ -76,6 +76,12 @@ def parse_shard(spec: str | None) -> tuple[int, int] | None:
     return index, count
 
 
+def shard_suffix(spec: str | None) -> str:
+    """'2/4' -> '-shard-2-of-4', the folder-name suffix of a shard run ('' without --shard)."""
+    shard = parse_shard(spec)
+    return f"-shard-{shard[0]}-of-{shard[1]}" if shard else ""
+
+
 def shard_of(variants: list[Variant], index: int, count: int) -> list[Variant]:
     """The index-th of count disjoint slices, every count-th variant: early and late layers mix in each shard,
     so shards cost about the same even when restarting late blocks is cheap."""

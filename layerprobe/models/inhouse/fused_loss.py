@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-CHUNK_ROWS = 256  # (256, vocab) float32 logits at a time: 31 MB at a 30K vocabulary, under glibc's mmap threshold cap
+CHUNK_ROWS = 256  # (256, vocab) float32 logits at a time: 31 MB at a 30K vocabulary, below MMAP_THRESHOLD (memory.py)
 
 
 class LinearCrossEntropy(torch.autograd.Function):
