@@ -161,7 +161,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     from layerprobe.data.corpora import open_corpus
     from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
     from layerprobe.distributed import current_world
-    from layerprobe.models.inhouse import PLACEMENTS, build, make_config
+    from layerprobe.models.inhouse import PLACEMENTS, build, make_config, shares_init
     from layerprobe.models.layers import find_blocks
     from layerprobe.models.load import resolve_device, resolve_dtype
     from layerprobe.runs.folder import prepare_run_dir, slug
@@ -237,22 +237,30 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     batch_list = [(b.input_ids, b.attention_mask) for b in stream(tokens)][: config.batches]
     if not batch_list:
         raise empty_corpus_error(corpus.spec)
-    # One job per (placement, seed); under torchrun rank r runs jobs r, r + world, ... (each seeds its own model,
-    # so the numbers do not depend on the number of processes) and rank 0 writes the run folder.
-    jobs = [(norm, loaded, seed) for norm, loaded in cases
-            for seed in range(1 if loaded is not None and not config.reinit else config.seeds)]
+    # One job per (placement, seed), seed by seed: the placements of one seed follow each other, so at init
+    # those with the plain LLaMA init take over one model's weights instead of drawing them again (shares_init).
+    # Under torchrun rank r runs jobs r, r + world, ... (each seeds its own model, so the numbers do not depend
+    # on the number of processes) and rank 0 writes the run folder, rows in placement-then-seed order.
+    seeds = 1 if config.model is not None and not config.reinit else config.seeds
+    jobs = [((case, seed), *cases[case], seed) for seed in range(seeds) for case in range(len(cases))]
     world.refuse_idle(len(jobs), "model(s) (placements x seeds)")
-    mine = [(index, *job) for index, job in enumerate(jobs) if index % world.size == world.rank]
+    mine = [job for index, job in enumerate(jobs) if index % world.size == world.rank]
     rows, losses = [], []
     total = len(mine) * (1 + config.train.steps)
     done = 0
     progress("steps" if config.train.steps else "models", 0, total)
+    previous = None  # (seed, model) of the last in-house model, while its untrained weights may be reused
     for job, norm, loaded, seed in mine:
         torch.manual_seed(seed)
         if loaded is None:
             cfg = make_config(config.arch, norm, mix_alpha=config.alpha, norm_type=config.norm_type,
                               vocab_size=len(tokenizer), max_position_embeddings=max(1024, config.data.seq_len))
-            model = build(cfg, device, getattr(torch, dtype))
+            like = previous[1] if previous and previous[0] == seed and shares_init(previous[1].config, cfg) else None
+            previous = None  # not reusable: freed before the next model is built
+            model = build(cfg, device, getattr(torch, dtype), like=like)
+            like = None
+            if not config.train.steps:
+                previous = (seed, model)
         elif config.reinit:
             model = type(loaded.model)._from_config(loaded.model.config).to(device)
         else:
@@ -282,7 +290,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
                 progress("steps", done, total)
 
             train(model, training, config.train, after)
-        model = stack = None  # free this model (its blocks too) before the next one is built
+        model = stack = None  # free this model (its blocks too) before the next one is built, unless reused
     gathered = world.gather((rows, losses, warnings))
     if not world.main:
         return GradnormRun(None, None, {}, warnings)

@@ -247,3 +247,24 @@ def test_checkpoint_without_lm_head_is_refused(tmp_path, tokenizer):
     result = runner.invoke(app, ["gradnorm", str(tmp_path / "base"), "--reinit", "--dataset", "builtin", "--seq-len",
                                  "32", "--batch-size", "2", "--seeds", "1", "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output  # at initialization a random head is the point
+
+
+def test_placements_of_one_seed_share_one_initialization():
+    from layerprobe.models.inhouse import build, shares_init
+
+    configs = {p: make_config("tiny", p, vocab_size=50) for p in ("pre", "post", "mix", "lns", "deepnorm", "sandwich")}
+    torch.manual_seed(7)
+    first = build(configs["pre"])
+    reference = {name: t.clone() for name, t in first.state_dict().items()}
+    for placement in ("post", "mix", "lns"):
+        torch.manual_seed(7)
+        fresh = build(configs[placement])  # drawn again: what taking over the weights must equal
+        shared = build(configs[placement], like=first)
+        assert shared.model.layers[0].placement == configs[placement].placement(0)
+        for name, tensor in fresh.state_dict().items():
+            assert torch.equal(shared.state_dict()[name], tensor) and torch.equal(reference[name], tensor), name
+        assert shared.lm_head.weight.data_ptr() == first.lm_head.weight.data_ptr()  # taken over, not copied
+    assert not shares_init(configs["pre"], configs["deepnorm"]) and not shares_init(configs["sandwich"], configs["pre"])
+    assert not shares_init(configs["pre"], make_config("tiny", "post", vocab_size=51))
+    with pytest.raises(ValueError):
+        build(configs["deepnorm"], like=first)

@@ -214,14 +214,37 @@ class ProbeLlamaForCausalLM(ProbeLlamaPreTrainedModel):
         return CausalLMOutput(loss=loss, logits=logits)
 
 
-def build(config: ProbeLlamaConfig, device: str = "cpu", dtype: torch.dtype = torch.float32) -> ProbeLlamaForCausalLM:
+# Placements initialized by the plain LLaMA recipe over the same parameters: under one seed their weights are
+# equal, so one initialization serves them all (DeepNorm re-initializes, sandwich has extra norms).
+LLAMA_INIT = ("pre", "post", "mix", "lns")
+
+
+def shares_init(a: ProbeLlamaConfig, b: ProbeLlamaConfig) -> bool:
+    """Whether a model of config `b` seeded like one of config `a` gets exactly a's initial weights."""
+    if a.norm_placement not in LLAMA_INIT or b.norm_placement not in LLAMA_INIT:
+        return False
+    ignored = {"norm_placement", "mix_alpha"}  # how blocks are wired, not what they hold
+    return ({k: v for k, v in a.to_dict().items() if k not in ignored}
+            == {k: v for k, v in b.to_dict().items() if k not in ignored})
+
+
+def build(config: ProbeLlamaConfig, device: str = "cpu", dtype: torch.dtype = torch.float32,
+          like: ProbeLlamaForCausalLM | None = None) -> ProbeLlamaForCausalLM:
     """A freshly initialized model, allocated once in `dtype` on `device`.
 
     Constructed on the meta device (no memory), cast there, then given real storage and initialized in
     place: a llama-7b in bf16 never exists as a float32 copy, nor on the CPU first.
+    `like`: a model built (and seeded) the same way whose config `shares_init` with this one; the new model
+    takes over its weight tensors instead of drawing equal ones again (no copy: neither may train afterwards).
     """
     with torch.device("meta"):
         model = ProbeLlamaForCausalLM(config)
+    if like is not None:
+        if not shares_init(like.config, config):
+            raise ValueError(f"a {like.config.norm_placement} model's weights are not a fresh "
+                             f"{config.norm_placement} model's initialization")
+        model.load_state_dict(like.state_dict(), assign=True)
+        return model
     model = model.to(dtype).to_empty(device=device)
     with torch.no_grad():
         for module in model.modules():
