@@ -32,13 +32,15 @@ class AngularRun:
 
 
 def prepare_probe(model_opts, data_opts, head: str = "base", need_corpus: bool = True):
-    """Shared set-up of probing commands: corpus first (cheap to reject), then model, blocks, seq-len."""
+    """Shared set-up of probing commands: the cheap checks first (a local model folder, then the corpus), then
+    model, blocks, seq-len."""
     from layerprobe.data.corpora import open_corpus
     from layerprobe.data.packing import check_sizes, max_sequence_length
     from layerprobe.models.layers import find_blocks
-    from layerprobe.models.load import load_model
+    from layerprobe.models.load import load_model, locate
 
     check_sizes(data_opts.tokens, data_opts.seq_len, data_opts.batch_size)
+    locate(model_opts.model)  # a missing or broken folder is named before any dataset problem
     corpus = open_corpus(data_opts.dataset, data_opts.text_field) if need_corpus else None
     loaded = load_model(
         model_opts.model,

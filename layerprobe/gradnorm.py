@@ -186,6 +186,10 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     steps = record_steps(config.record_steps, config.train.steps)
     if config.train.steps and (config.train.lr <= 0 or config.train.warmup < 0 or config.train.clip < 0):
         raise ConfigError("--lr must be positive and --warmup, --clip 0 or more.")
+    if config.model is not None:
+        from layerprobe.models.load import locate
+
+        locate(config.model.model)  # a missing or broken folder is named before any dataset problem
     corpus = open_corpus(config.data.dataset, config.data.text_field)
     warnings: list[str] = []
     torch.set_grad_enabled(True)

@@ -34,6 +34,13 @@ def test_missing_model_folder(tmp_path, corpus_file):
     assert_clean_error(run("angular", str(tmp_path / "nope"), "--dataset", str(corpus_file)), "does not exist")
 
 
+@pytest.mark.parametrize("command", [["angular"], ["prune", "--task", "drift"], ["gradnorm"]])
+def test_missing_model_is_named_before_the_offline_corpus(tmp_path, command):
+    # default dataset c4 cannot stream offline either; the model is the first thing to fix
+    result = run(command[0], str(tmp_path / "nope"), *command[1:])
+    assert_clean_error(result, "Model folder", "does not exist")
+
+
 def test_config_without_weights(tmp_path, model_dirs, corpus_file):
     folder = tmp_path / "noweights"
     folder.mkdir()
