@@ -77,8 +77,10 @@ def lm_loss(model: Any, ids: Any, mask: Any, encoder: bool, tokenizer: Any, gene
     return out.loss
 
 
-def measure(model: Any, stack: Any, batch_list: list, encoder: bool, tokenizer: Any, seed: int) -> list[dict]:
-    """One gradient per batch; rows of (batch, layer, kind, module, grad_norm) and (batch, layer, variance)."""
+def measure(model: Any, stack: Any, batch_list: list, encoder: bool, tokenizer: Any, seed: int,
+            on_batch: Any = None) -> list[dict]:
+    """One gradient per batch; rows of (batch, layer, kind, module, grad_norm) and (batch, layer, variance).
+    on_batch() is called after each batch's pass."""
     import torch
 
     from layerprobe.metrics.gradients import GradSquares, input_grad_norm, output_variance
@@ -111,6 +113,8 @@ def measure(model: Any, stack: Any, batch_list: list, encoder: bool, tokenizer: 
                     rows.append({"batch": b, "layer": layer, "kind": "variance", "module": "block",
                                  "variance": output_variance(outputs[layer], mask.to(outputs[layer].device))})
                     inputs[layer] = outputs[layer] = None
+                if on_batch is not None:
+                    on_batch()
     finally:
         for handle in handles:
             handle.remove()
@@ -250,9 +254,16 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     world.refuse_idle(len(jobs), "model(s) (placements x seeds)")
     mine = [job for index, job in enumerate(jobs) if index % world.size == world.rank]
     rows, losses = [], []
-    total = len(mine) * (1 + config.train.steps)
+    # progress in training steps, or at init in forward + backward passes (a 7B model is one job of minutes)
+    stage = "steps" if config.train.steps else "passes"
+    total = len(mine) * (1 + config.train.steps if config.train.steps else len(batch_list))
     done = 0
-    progress("steps" if config.train.steps else "models", 0, total)
+    progress(stage, 0, total)
+
+    def advance() -> None:
+        nonlocal done
+        done += 1
+        progress(stage, done, total)
     previous = None  # (seed, model) of the last in-house model, while its untrained weights may be reused
     for job, norm, loaded, seed in mine:
         torch.manual_seed(seed)
@@ -273,25 +284,23 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
         stack = find_blocks(model, config.model.layers_path if config.model else None)
 
         def record(step: int) -> None:
-            for row in measure(model, stack, batch_list, encoder, tokenizer, seed):
+            passes = None if config.train.steps else advance
+            for row in measure(model, stack, batch_list, encoder, tokenizer, seed, on_batch=passes):
                 rows.append((job, {"norm": norm, "seed": seed, "step": step, **row}))
 
         if 0 in steps:
             record(0)
-        done += 1
-        progress("steps" if config.train.steps else "models", done, total)
         if config.train.steps:
+            advance()
             generator = torch.Generator().manual_seed(seed)
             source = _cycle(stream, warnings)
             training = (lm_inputs(ids, mask, encoder, tokenizer, generator) for ids, mask in source)
 
             def after(step: int, loss: float) -> None:
-                nonlocal done
                 losses.append((job, {"norm": norm, "seed": seed, "step": step, "loss": loss}))
                 if step in steps:
                     record(step)
-                done += 1
-                progress("steps", done, total)
+                advance()
 
             train(model, training, config.train, after)
         model = stack = None  # free this model (its blocks too) before the next one is built, unless reused

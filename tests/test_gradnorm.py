@@ -268,3 +268,17 @@ def test_placements_of_one_seed_share_one_initialization():
     assert not shares_init(configs["pre"], make_config("tiny", "post", vocab_size=51))
     with pytest.raises(ValueError):
         build(configs["deepnorm"], like=first)
+
+
+def test_progress_counts_every_pass(tmp_path):
+    from layerprobe.config import DataOptions, GradnormConfig
+    from layerprobe.gradnorm import run_gradnorm
+
+    calls = []
+    config = GradnormConfig(arch="tiny", norms=("pre", "deepnorm"), seeds=2, batches=3, device="cpu",
+                            data=DataOptions(dataset="builtin", seq_len=16, batch_size=2, tokens=0),
+                            out=str(tmp_path / "g"))
+    run = run_gradnorm(config, lambda stage, done, total: calls.append((stage, done, total)))
+    # 2 placements x 2 seeds x 3 batches: one tick per forward + backward pass, in order
+    assert calls == [("passes", i, 12) for i in range(13)]
+    assert (run.table["samples"] == 6).all()
