@@ -95,6 +95,7 @@ class GradnormConfig:
     data: DataOptions = field(default_factory=lambda: DataOptions(seq_len=256, batch_size=8, tokens=0))
     out: str | None = None  # run folder; default reports/<arch or model>/gradnorm
     overwrite: bool = False
+    resume: bool = False  # continue an interrupted run in --out: finished (placement, seed) jobs are kept
     formats: tuple[str, ...] = ("png",)
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.config import GradnormConfig
-from layerprobe.errors import ConfigError, ModelLoadError
+from layerprobe.errors import ConfigError, ModelLoadError, RunError
 from layerprobe.progress import Progress, silent
 
 
@@ -169,6 +169,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     from layerprobe.models.layers import find_blocks
     from layerprobe.models.load import resolve_device, resolve_dtype
     from layerprobe.runs.folder import prepare_run_dir, slug
+    from layerprobe.runs.jobs import JobStore
     from layerprobe.runs.manifest import start_time
     from layerprobe.training import train
 
@@ -253,11 +254,24 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     jobs = [((case, seed), *cases[case], seed) for seed in range(seeds) for case in range(len(cases))]
     world.refuse_idle(len(jobs), "model(s) (placements x seeds)")
     mine = [job for index, job in enumerate(jobs) if index % world.size == world.rank]
+    # The run folder exists from here on: each finished job is saved in <out>/jobs/ (JobStore), so --resume
+    # after a crash or Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs.
+    out = config.out or str(Path("reports") / slug(name) / "gradnorm")
+    if config.resume and not Path(out).is_dir():
+        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
+    identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
+    store = None
+    if world.main:
+        folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+        store = JobStore(folder, identity, config.resume)
+    folder = Path(world.gather(str(folder) if world.main else None)[0])
+    store = store or JobStore(folder, identity, config.resume, owner=False)
     rows, losses = [], []
     # progress in training steps, or at init in forward + backward passes (a 7B model is one job of minutes)
     stage = "steps" if config.train.steps else "passes"
-    total = len(mine) * (1 + config.train.steps if config.train.steps else len(batch_list))
-    done = 0
+    units = 1 + config.train.steps if config.train.steps else len(batch_list)  # per job
+    total = len(mine) * units
+    done = resumed = 0
     progress(stage, 0, total)
 
     def advance() -> None:
@@ -266,6 +280,16 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
         progress(stage, done, total)
     previous = None  # (seed, model) of the last in-house model, while its untrained weights may be reused
     for job, norm, loaded, seed in mine:
+        name_of_job = f"{norm}-seed{seed}"
+        saved = store.load(name_of_job)
+        if saved is not None:  # finished before an interruption
+            rows += [(job, row) for row in saved["rows"]]
+            losses += [(job, row) for row in saved["losses"]]
+            resumed += 1
+            done += units
+            progress(stage, done, total)
+            continue
+        first_row, first_loss = len(rows), len(losses)
         torch.manual_seed(seed)
         if loaded is None:
             cfg = make_config(config.arch, norm, mix_alpha=config.alpha, norm_type=config.norm_type,
@@ -303,14 +327,19 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
                 advance()
 
             train(model, training, config.train, after)
+        store.save(name_of_job, {"rows": [row for _, row in rows[first_row:]],
+                                 "losses": [row for _, row in losses[first_loss:]]})
         model = stack = None  # free this model (its blocks too) before the next one is built, unless reused
-    gathered = world.gather((rows, losses, warnings))
+    gathered = world.gather((rows, losses, warnings, resumed))
     if not world.main:
         return GradnormRun(None, None, {}, warnings)
     # every rank's (job, row) pairs in job order: the table of a single process (the sort is stable)
     rows = [row for _, row in sorted((p for part in gathered for p in part[0]), key=lambda p: p[0])]
     losses = [row for _, row in sorted((p for part in gathered for p in part[1]), key=lambda p: p[0])]
     warnings = list(dict.fromkeys(w for part in gathered for w in part[2]))
+    resumed = sum(part[3] for part in gathered)
+    if resumed:
+        warnings.append(f"--resume: {resumed} finished job(s) read from '{store.dir}', {len(jobs) - resumed} run now.")
     raw = pd.DataFrame(rows)
     keys = ["norm", "step", "layer", "kind", "module"]
     grads = raw[raw["kind"] != "variance"].groupby(keys, sort=False)["grad_norm"]
@@ -320,8 +349,6 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     variance = variance.agg(variance="mean", std="std", samples="count").reset_index()
     variance["std"] = variance["std"].fillna(0.0)
     seconds = time.perf_counter() - clock
-    out = config.out or str(Path("reports") / slug(name) / "gradnorm")
-    folder = prepare_run_dir(out, overwrite=config.overwrite)
     from layerprobe.gradnorm_report import write_gradnorm_outputs
 
     facts = {"model": name, "arch": config.arch if config.model is None else None, "dataset": corpus.description,
@@ -330,5 +357,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
              "record_steps": steps}
     if config.train.steps:
         facts |= {"lr": config.train.lr, "warmup": config.train.warmup, "clip": config.train.clip}
-    return write_gradnorm_outputs(folder, raw, table, variance, pd.DataFrame(losses), config, facts, started,
-                                  seconds, warnings)
+    run = write_gradnorm_outputs(folder, raw, table, variance, pd.DataFrame(losses), config, facts, started,
+                                 seconds, warnings)
+    store.clear()  # the outputs are written: nothing left to resume
+    return run

@@ -71,6 +71,20 @@ def test_gradnorm_jobs_split_over_two_processes(tmp_path):
     for name in ("gradnorm.csv", "variance.csv", "gradnorm_samples.csv"):
         a, b = pd.read_csv(tmp_path / "dp" / name), pd.read_csv(single.folder / name)
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-9)  # same rows, same order
+    # interrupted in one process after 2 of the 4 jobs, resumed by two: each rank reads its finished job back
+    def ctrl_c_in_job_3(stage, done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_gradnorm(GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",
+                                    data=DataOptions("builtin", "text", 0, 32, 2), out=str(tmp_path / "cut")),
+                     ctrl_c_in_job_3)
+    result = torchrun(["gradnorm", *common, "--out", tmp_path / "cut", "--resume"], tmp_path)
+    text = " ".join((result.stdout + result.stderr).split())
+    assert result.returncode == 0 and "2 finished job(s)" in text and "2 run now" in text, text
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cut" / "gradnorm_samples.csv"),
+                                  pd.read_csv(single.folder / "gradnorm_samples.csv"), check_exact=False, rtol=1e-5)
     result = torchrun(["gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", 1, "--dataset", "builtin",
                        "--device", "cpu", "--out", tmp_path / "idle"], tmp_path)
     text = " ".join((result.stdout + result.stderr).split())

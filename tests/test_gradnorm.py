@@ -282,3 +282,36 @@ def test_progress_counts_every_pass(tmp_path):
     # 2 placements x 2 seeds x 3 batches: one tick per forward + backward pass, in order
     assert calls == [("passes", i, 12) for i in range(13)]
     assert (run.table["samples"] == 6).all()
+
+
+def test_interrupted_run_resumes_with_only_the_unfinished_jobs(tmp_path):
+    from layerprobe.config import DataOptions, GradnormConfig
+    from layerprobe.errors import RunError
+    from layerprobe.gradnorm import run_gradnorm
+
+    def settings(**kw):
+        return GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",
+                              data=DataOptions(dataset="builtin", seq_len=16, batch_size=2, tokens=0), **kw)
+
+    whole = run_gradnorm(settings(out=str(tmp_path / "whole")))
+
+    def ctrl_c_in_job_3(stage, done, total):
+        if done == 5:  # the first pass of the third job: two jobs are finished
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_gradnorm(settings(out=str(tmp_path / "cut")), ctrl_c_in_job_3)
+    assert len(list((tmp_path / "cut" / "jobs").glob("*-seed*.json"))) == 2
+    assert not (tmp_path / "cut" / "gradnorm.csv").exists()
+    with pytest.raises(RunError, match="different settings"):
+        run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True, alpha=0.5))
+    calls = []
+    resumed = run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True), lambda *c: calls.append(c))
+    assert resumed.folder == tmp_path / "cut" and any("2 finished job(s)" in w for w in resumed.warnings)
+    assert [c[1] for c in calls] == [0, 2, 4, 5, 6, 7, 8]  # two jobs read back at once, then pass by pass
+    pd.testing.assert_frame_equal(resumed.table, whole.table, check_exact=True)
+    assert not (tmp_path / "cut" / "jobs").exists()  # finished: nothing left to resume
+    with pytest.raises(RunError, match="no unfinished run"):
+        run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True))
+    with pytest.raises(RunError, match="does not exist"):
+        run_gradnorm(settings(out=str(tmp_path / "never"), resume=True))

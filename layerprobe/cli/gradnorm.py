@@ -40,6 +40,8 @@ def gradnorm(
     offload: str = o.Offload,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<arch or model>/gradnorm)."),
     overwrite: bool = o.Overwrite,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out: finished "
+                                "(placement, seed) jobs are kept."),
     formats: str = o.Formats,
 ) -> None:
     """Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per placement."""
@@ -63,6 +65,7 @@ def gradnorm(
         data=DataOptions(dataset, text_field, 0, seq_len, batch_size),
         out=out_dir,
         overwrite=overwrite,
+        resume=resume,
         formats=parse_formats(formats),
     )
     with progress_bar() as progress:
