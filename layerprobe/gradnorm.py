@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.config import GradnormConfig
-from layerprobe.errors import ConfigError, ModelLoadError, RunError
+from layerprobe.errors import ConfigError, ModelLoadError
 from layerprobe.progress import Progress, silent
 
 
@@ -257,8 +257,6 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     # The run folder exists from here on: each finished job is saved in <out>/jobs/ (JobStore), so --resume
     # after a crash or Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs.
     out = config.out or str(Path("reports") / slug(name) / "gradnorm")
-    if config.resume and not Path(out).is_dir():
-        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
     store = None
     if world.main:

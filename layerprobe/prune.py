@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.config import PruneConfig
-from layerprobe.errors import ConfigError, RunError, TaskError
+from layerprobe.errors import ConfigError, TaskError
 from layerprobe.evaluation.variants import Variant, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
 
@@ -51,7 +51,7 @@ class Ledger:
     def __init__(self, folder: Path, identity: dict, resume: bool) -> None:
         import pandas as pd
 
-        from layerprobe.runs.folder import read_json
+        from layerprobe.runs.folder import check_same_settings, read_json
 
         self.folder, self.identity = folder, identity
         self.rows: list[dict] = []
@@ -59,10 +59,7 @@ class Ledger:
         state_file = folder / "state.json"
         if resume and state_file.exists():
             self.state = read_json(state_file)
-            saved = self.state.get("identity", {})
-            if saved != identity:
-                diff = ", ".join(k for k in identity if saved.get(k) != identity[k])
-                raise RunError(f"--resume: '{folder}' was started with different settings ({diff}): use a new --out.")
+            check_same_settings(folder, self.state.get("identity", {}), identity)
             if (folder / "prune.csv").exists():
                 self.rows = pd.read_csv(folder / "prune.csv").to_dict("records")
 
@@ -150,8 +147,6 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
 
     base = config.out or str(Path("reports") / slug(loaded.spec) / f"prune-{slug(config.task)}")
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
-    if config.resume and not Path(out).is_dir():
-        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     identity = {"task": config.task, "model": loaded.spec, "block": config.block, "layers": config.layers,
                 "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,

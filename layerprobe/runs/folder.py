@@ -23,8 +23,11 @@ def slug(text: str) -> str:
 
 
 def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
-    """Create the run folder; a non-empty existing one gets a timestamped sibling unless overwrite/resume."""
+    """Create the run folder; a non-empty existing one gets a timestamped sibling unless overwrite/resume.
+    resume: the folder must exist already."""
     path = Path(out)
+    if resume and not path.is_dir():
+        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     if path.exists() and not path.is_dir():
         raise RunError(f"--out '{out}' is a file: pass a folder path.")
     if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
@@ -87,3 +90,11 @@ def read_json(path: Path) -> Any:
         raise RunError(f"'{path}' is missing: is '{path.parent}' a finished layerprobe run folder?") from None
     except json.JSONDecodeError as exc:
         raise RunError(f"'{path}' is not valid JSON ({exc.msg}, line {exc.lineno}): re-run the command.") from None
+
+
+def check_same_settings(folder: Path, saved: dict, identity: dict) -> None:
+    """--resume: the settings saved in a run folder must be this run's; name the ones that differ."""
+    if saved != identity:
+        diff = ", ".join(k for k in sorted(set(identity) | set(saved)) if saved.get(k) != identity.get(k))
+        raise RunError(f"--resume: '{folder}' was started with different settings ({diff}): use a new --out, "
+                       "or the same settings.")

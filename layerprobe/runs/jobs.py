@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError
-from layerprobe.runs.folder import read_json, write_json
+from layerprobe.runs.folder import check_same_settings, read_json, write_json
 
 IDENTITY = "identity.json"
 
@@ -30,11 +30,7 @@ class JobStore:
             if not saved_file.is_file():
                 raise RunError(f"--resume: '{folder}' holds no unfinished run (no jobs/{IDENTITY}): run without "
                                "--resume, with --overwrite to reuse the folder.")
-            saved = read_json(saved_file)
-            if saved != identity:
-                diff = ", ".join(k for k in sorted(set(identity) | set(saved)) if saved.get(k) != identity.get(k))
-                raise RunError(f"--resume: '{folder}' was started with different settings ({diff}): "
-                               "use a new --out, or the same settings.")
+            check_same_settings(folder, read_json(saved_file), identity)
             return
         self.clear()  # --overwrite of an older run: its jobs are not this run's
         write_json(saved_file, identity)
