@@ -1,6 +1,7 @@
 """lm-eval pruning sweeps: per-variant vs shared-prefix, overhead beyond forwards, and against the lm_eval CLI.
 
     python bench/prune_lmeval_overhead.py [--layers 12] [--hidden 512] [--docs 200] [--cli-runs 13]
+    python bench/prune_lmeval_overhead.py --arch llama-1b --device cuda --dtype bfloat16 --docs 1000 --cli-runs 0
 
 Builds a seeded LLaMA from a config (no download) and a local multiple-choice YAML task from Python's docs,
 then in one run:
@@ -42,15 +43,25 @@ from layerprobe.models.surgery import removed_layers  # noqa: E402
 from layerprobe.prune import Ledger, _sweep_evaluations  # noqa: E402
 
 
-def build_model(folder: Path, layers: int, hidden: int) -> None:
+def build_model(folder: Path, layers: int, hidden: int, arch: str | None = None, device: str = "cpu",
+                dtype: str = "float32") -> None:
+    """A seeded transformers LLaMA (the shape of in-house size `arch` when given), saved in `dtype`."""
     tok = transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
     tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=3 * hidden,
-                                      num_hidden_layers=layers, num_attention_heads=max(1, hidden // 64),
-                                      max_position_embeddings=1024, bos_token_id=tok.bos_token_id,
-                                      eos_token_id=tok.eos_token_id, pad_token_id=0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    if arch:
+        from layerprobe.models.inhouse import SIZES
+
+        shape = SIZES[arch]
+    else:
+        shape = dict(hidden_size=hidden, intermediate_size=3 * hidden, num_hidden_layers=layers,
+                     num_attention_heads=max(1, hidden // 64))
+    config = transformers.LlamaConfig(vocab_size=len(tok), **shape, max_position_embeddings=1024,
+                                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=0)
+    with torch.device(device):  # a 1B model initializes in seconds on a GPU, minutes on a CPU
+        model = transformers.LlamaForCausalLM(config)
+    model.to(getattr(torch, dtype)).save_pretrained(folder)
+    del model
     tok.save_pretrained(folder)
 
 
@@ -96,20 +107,28 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--cli-runs", type=int, default=None, help="lm_eval CLI runs (default: every variant; 0: none)")
+    parser.add_argument("--arch", default=None, help="the shape of an in-house size instead of --layers/--hidden")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
     args = parser.parse_args()
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    if args.device == "cpu":
+        torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+    def sync() -> None:
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         (tmp / "model").mkdir()
         (tmp / "tasks").mkdir()
-        build_model(tmp / "model", args.layers, args.hidden)
+        build_model(tmp / "model", args.layers, args.hidden, args.arch, args.device, args.dtype)
         build_task(tmp / "tasks", args.docs)
 
         # 1. layerprobe's sweeps, exactly the code path of `layerprobe prune --task bench_mc [--no-shared-prefix]`
         t0 = time.perf_counter()
         task = HarnessTask("bench_mc", str(tmp / "tasks")).build()
-        loaded = load_model(str(tmp / "model"), head="causal-lm", device="cpu")
+        loaded = load_model(str(tmp / "model"), head="causal-lm", device=args.device, dtype=args.dtype)
         setup = time.perf_counter() - t0
         stack = find_blocks(loaded.model)
         variants = sweep(len(stack), 1, None)
@@ -145,14 +164,20 @@ def main() -> None:
             start, fwd0 = time.perf_counter(), clock.total
             with torch.inference_mode():
                 baseline = _sweep_evaluations(task.evaluate, lm, loaded.model, stack, variants, ledger, progress, select)
+            sync()
             wall, fwd = time.perf_counter() - start, clock.total - fwd0
             # stamps: start of baseline, then before each variant, then the end
             spans = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(stamps, stamps[1:])]
             acc = {"baseline": baseline["acc"][0]} | {r["removed"]: r["pruned"] for r in ledger.rows if r["metric"] == "acc"}
             sweeps[mode] = {"wall": wall, "fwd": fwd if not shared else compute[0], "spans": spans, "acc": acc}
 
-        print(f"model: LLaMA {args.layers} layers, hidden {args.hidden}; task: {args.docs} docs x 4 choices; "
-              f"batch {args.batch_size}; {torch.get_num_threads()} threads; set-up (tasks + model) {setup:.1f} s")
+        shape = loaded.model.config
+        where = (torch.cuda.get_device_name() if args.device.startswith("cuda")
+                 else f"cpu, {torch.get_num_threads()} threads")
+        print(f"model: LLaMA{' ' + args.arch if args.arch else ''} {shape.num_hidden_layers} layers, hidden "
+              f"{shape.hidden_size}, {sum(p.numel() for p in loaded.model.parameters()) / 1e9:.2f}B params, "
+              f"{loaded.dtype} on {loaded.device} ({where}); task: {args.docs} docs x 4 choices "
+              f"({4 * args.docs} requests); batch {args.batch_size}; set-up (tasks + model) {setup:.1f} s")
         plain_sweep, shared_sweep = sweeps["per-variant"], sweeps["shared-prefix"]
         overheads = [(w - f) / w for w, f in plain_sweep["spans"]]
         print(f"per-variant sweep ({len(plain_sweep['spans'])} evaluations): {plain_sweep['wall']:.1f} s, model "
@@ -163,6 +188,13 @@ def main() -> None:
         same = all(abs(shared_sweep["acc"][k] - v) < 1e-12 for k, v in plain_sweep["acc"].items())
         print(f"shared-prefix / per-variant wall time = {shared_sweep['wall'] / plain_sweep['wall']:.3f} "
               f"(target <= 0.6); same accuracies: {same}")
+        evaluations = len(variants) + 1
+        print(f"per evaluation (baseline or variant): per-variant {plain_sweep['wall'] / evaluations:.2f} s, "
+              f"shared-prefix {shared_sweep['wall'] / evaluations:.2f} s; per request x evaluation: "
+              f"{plain_sweep['wall'] / evaluations / (4 * args.docs) * 1e3:.3f} ms vs "
+              f"{shared_sweep['wall'] / evaluations / (4 * args.docs) * 1e3:.3f} ms")
+        worst = max(abs(shared_sweep["acc"][k] - v) for k, v in plain_sweep["acc"].items())
+        print(f"max |acc(shared) - acc(per-variant)| over {evaluations} evaluations: {worst:.3g}")
         ours = plain_sweep["acc"]
         sweep_wall = shared_sweep["wall"]
         spans = plain_sweep["spans"]
@@ -172,7 +204,7 @@ def main() -> None:
         with removed_layers(loaded.model, middle.removed, stack):
             loaded.model.save_pretrained(tmp / "plain")
         loaded.tokenizer.save_pretrained(tmp / "plain")
-        plain_model = load_model(str(tmp / "plain"), head="causal-lm", device="cpu")
+        plain_model = load_model(str(tmp / "plain"), head="causal-lm", device=args.device, dtype=args.dtype)
         plain_lm = wrap_model(plain_model.model, plain_model.tokenizer, args.batch_size)  # plain HFLM
         plain = []
         for _ in range(2):

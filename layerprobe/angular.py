@@ -110,6 +110,9 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     per_batch = seq_len * config.data.batch_size
     world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {seq_len} tokens",
                       f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
+    from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
+
+    reset_peak_memory(device)
     accumulator = AngularAccumulator(len(stack) + 1, device=device)
     sampled: list[tuple[int, list]] = []  # (batch index, per-layer token vectors) for the effective rank
     processed = measured_before = 0  # tokens of all ranks' batches seen so far / measured positions before a batch
@@ -159,6 +162,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         "batch_size": config.data.batch_size,
         "rank_tokens": sum(p[1][0].shape[0] for p in parts),
         "processes": world.size,
+        "peak_gpu_memory_gib": peak_memory_gib(device),
     }
     run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
     return run

@@ -1,6 +1,8 @@
 """torch.distributed for data-parallel runs launched by torchrun or accelerate launch (gloo on CPU, NCCL on GPUs).
 
-Without WORLD_SIZE > 1 in the environment everything here is a no-op: one process, rank 0.
+Outside a launcher (no WORLD_SIZE in the environment) everything here is a no-op: one process, rank 0. Under a
+launcher the process group is set up even for one process, so `torchrun --nproc_per_node 1` runs the collectives
+(NCCL on a GPU) that N processes run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    group: bool = False  # a torch.distributed process group is set up (launched by torchrun / accelerate)
 
     @property
     def main(self) -> bool:
@@ -24,7 +27,7 @@ class World:
         """Each process on its own GPU: 'auto'/'cuda' become cuda:LOCAL_RANK when ranks share a node."""
         import torch
 
-        if self.size > 1 and requested in ("auto", "cuda") and torch.cuda.is_available():
+        if self.group and requested in ("auto", "cuda") and torch.cuda.is_available():
             return f"cuda:{self.local_rank}"
         return requested
 
@@ -46,7 +49,7 @@ class World:
 
     def sum(self, tensor: Any) -> Any:
         """In-place all-reduce (sum) across ranks; returns the tensor."""
-        if self.size > 1:
+        if self.group:
             import torch.distributed as dist
 
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
@@ -54,7 +57,7 @@ class World:
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's object, in rank order (on every rank)."""
-        if self.size == 1:
+        if not self.group:
             return [obj]
         import torch.distributed as dist
 
@@ -65,13 +68,14 @@ class World:
 
 def current_world() -> World:
     """The process group of a torchrun / accelerate launch, initialized on first use."""
-    size = int(os.environ.get("WORLD_SIZE", "1"))
-    if size <= 1:
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return World()
     import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() and os.environ.get("LAYERPROBE_BACKEND") != "gloo" else "gloo"
+        if backend == "nccl":  # NCCL's object collectives use the current device: one GPU per rank
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend=backend)
-    return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+    return World(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")), group=True)

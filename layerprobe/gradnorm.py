@@ -167,6 +167,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     from layerprobe.distributed import current_world
     from layerprobe.models.inhouse import PLACEMENTS, build, make_config, shares_init
     from layerprobe.models.layers import find_blocks
+    from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
     from layerprobe.models.load import resolve_device, resolve_dtype
     from layerprobe.runs.folder import prepare_run_dir, slug
     from layerprobe.runs.jobs import JobStore
@@ -265,6 +266,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     folder = Path(world.gather(str(folder) if world.main else None)[0])
     store = store or JobStore(folder, identity, config.resume, owner=False)
     rows, losses = [], []
+    reset_peak_memory(str(device))
     # progress in training steps, or at init in forward + backward passes (a 7B model is one job of minutes)
     stage = "steps" if config.train.steps else "passes"
     units = 1 + config.train.steps if config.train.steps else len(batch_list)  # per job
@@ -352,7 +354,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     facts = {"model": name, "arch": config.arch if config.model is None else None, "dataset": corpus.description,
              "seq_len": config.data.seq_len, "batch_size": config.data.batch_size, "seeds": config.seeds,
              "batches": len(batch_list), "device": str(device), "dtype": dtype, "steps": config.train.steps,
-             "record_steps": steps}
+             "record_steps": steps, "peak_gpu_memory_gib": peak_memory_gib(str(device))}
     if config.train.steps:
         facts |= {"lr": config.train.lr, "warmup": config.train.warmup, "clip": config.train.clip}
     run = write_gradnorm_outputs(folder, raw, table, variance, pd.DataFrame(losses), config, facts, started,

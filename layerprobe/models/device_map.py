@@ -84,3 +84,20 @@ def input_device(model: Any) -> str:
             return f"cuda:{where}"
         return "cpu" if where in ("disk", "meta") else str(where)
     return str(embeddings.weight.device)
+
+
+def reset_peak_memory(device: str) -> None:
+    """Start counting peak GPU memory from here (no-op off CUDA)."""
+    import torch
+
+    if str(device).startswith("cuda") and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory_gib(device: str) -> float | None:
+    """Peak GPU memory torch allocated since reset_peak_memory (all visible GPUs), in GiB; None off CUDA."""
+    import torch
+
+    if not str(device).startswith("cuda") or not torch.cuda.is_available():
+        return None
+    return round(sum(torch.cuda.max_memory_allocated(i) for i in range(torch.cuda.device_count())) / 2**30, 3)
