@@ -14,10 +14,10 @@ from layerprobe.angular import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
 
-def torchrun(args, tmp_path):
+def torchrun(args, tmp_path, procs=2):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "LAYERPROBE_BACKEND": "gloo"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
            "-m", "layerprobe", *map(str, args)]
     return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
@@ -40,6 +40,19 @@ def test_two_processes_equal_one(positions, model_dirs, corpus_file, tmp_path):
     summary = pd.read_json(tmp_path / "dp" / "summary.json", typ="series")
     assert summary["processes"] == 2 and summary["tokens"] == single.summary["tokens"]
     assert not any(p.name.startswith("dp-") for p in tmp_path.iterdir())  # one folder, written by rank 0 only
+
+
+def test_one_launched_process_runs_the_collectives(model_dirs, corpus_file, tmp_path):
+    """torchrun with one process sets up the process group (gloo here, NCCL on a GPU) and equals a plain run."""
+    folder = model_dirs["llama"]
+    args = ["angular", folder, "--dataset", corpus_file, "--tokens", 500, "--seq-len", 48, "--batch-size", 3,
+            "--device", "cpu", "--out", tmp_path / "one-proc"]
+    result = torchrun(args, tmp_path, procs=1)
+    assert result.returncode == 0, result.stdout + result.stderr
+    single = run_angular(AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
+                                       data=DataOptions(str(corpus_file), "text", 500, 48, 3), out=str(tmp_path / "plain")))
+    launched = pd.read_csv(tmp_path / "one-proc" / "angular.csv")
+    pd.testing.assert_frame_equal(launched, pd.read_csv(single.folder / "angular.csv"), check_exact=False, rtol=1e-12)
 
 
 def test_distributed_error_is_said_once_and_all_ranks_fail(tmp_path):
@@ -112,3 +125,28 @@ def test_prune_under_torchrun_shards_and_merges(model_dirs, tmp_path):
     text = " ".join((result.stdout + result.stderr).split())
     assert result.returncode != 0 and text.count("2 processes for 1 variants") == 1, text
     assert not (tmp_path / "one-variant").exists() and not (tmp_path / "one-variant-shard-1-of-2").exists()
+
+
+def test_launcher_with_one_process_sets_up_the_group(monkeypatch):
+    import socket
+
+    import torch
+    import torch.distributed as dist
+
+    from layerprobe.distributed import current_world
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), "LAYERPROBE_BACKEND": "gloo"}.items():
+        monkeypatch.setenv(key, value)
+    try:
+        world = current_world()
+        assert world.group and dist.is_initialized() and (world.rank, world.size) == (0, 1)
+        assert world.sum(torch.tensor([2.0], dtype=torch.float64)).item() == 2.0 and world.gather("x") == ["x"]
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    monkeypatch.delenv("WORLD_SIZE")
+    assert not current_world().group  # no launcher: no group
