@@ -20,8 +20,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from layerprobe.gradnorm import measure  # noqa: E402
-from layerprobe.memory import keep_freed_memory  # noqa: E402
+from layerprobe.commands.gradnorm.measure import measure_gradients as measure  # noqa: E402
+from layerprobe.cli.memory import keep_freed_memory  # noqa: E402
 from layerprobe.models.inhouse import build, make_config  # noqa: E402
 from layerprobe.models.layers import find_blocks  # noqa: E402
 

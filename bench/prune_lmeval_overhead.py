@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -40,7 +41,9 @@ from layerprobe.evaluation.variants import sweep  # noqa: E402
 from layerprobe.models.layers import find_blocks  # noqa: E402
 from layerprobe.models.load import embedded_model_dir, load_model  # noqa: E402
 from layerprobe.models.surgery import removed_layers  # noqa: E402
-from layerprobe.prune import Ledger, _sweep_evaluations  # noqa: E402
+from layerprobe.commands.prune.outputs import COLUMNS  # noqa: E402
+from layerprobe.commands.prune.sweeps import SweepJob, evaluate_variants  # noqa: E402
+from layerprobe.runs.resume import Ledger  # noqa: E402
 
 
 def build_model(folder: Path, layers: int, hidden: int, arch: str | None = None, device: str = "cpu",
@@ -155,7 +158,7 @@ def main() -> None:
                 stamps.append((time.perf_counter(), clock.total))
 
             (tmp / mode).mkdir()
-            ledger = Ledger(tmp / mode, {"bench": 1}, resume=False)
+            ledger = Ledger(tmp / mode, {"bench": 1}, resume=False, columns=COLUMNS)
 
             def select(label, _lm=lm, _shared=shared):
                 if _shared:
@@ -163,7 +166,8 @@ def main() -> None:
 
             start, fwd0 = time.perf_counter(), clock.total
             with torch.inference_mode():
-                baseline = _sweep_evaluations(task.evaluate, lm, loaded.model, stack, variants, ledger, progress, select)
+                job = SweepJob(None, SimpleNamespace(model=loaded.model, stack=stack), variants, ledger, progress)
+                baseline = evaluate_variants(task.evaluate, lm, job, select)
             sync()
             wall, fwd = time.perf_counter() - start, clock.total - fwd0
             # stamps: start of baseline, then before each variant, then the end

@@ -1,11 +1,36 @@
-"""Settings of each command as dataclasses; CLI options map onto them one to one."""
+"""Settings of each command as dataclasses (CLI options map onto them one to one), and the project defaults from
+`[tool.layerprobe]` in pyproject.toml or a layerprobe.toml: CLI flags win, then the project, then the dataclass
+defaults (the one place a default is written)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import difflib
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
-from layerprobe.training import TrainSettings
+from layerprobe.errors import ConfigError
+
+
+
+@dataclass
+class TrainSettings:
+    """AdamW with linear warmup then cosine decay to 10% of the peak, gradient clipping at `clip`."""
+
+    steps: int = 0  # optimizer updates; 0 = measure at initialization only
+    lr: float = 1e-3  # peak learning rate
+    warmup: int | None = None  # linear warmup steps (None: 10% of steps)
+    clip: float = 1.0  # max global gradient norm (0 = no clipping)
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+
+    def __post_init__(self) -> None:
+        if self.warmup is None:
+            self.warmup = self.steps // 10
+
+
+SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 
 
 @dataclass
@@ -43,7 +68,7 @@ class AngularConfig:
     out: str | None = None  # run folder; default reports/<model>/angular
     overwrite: bool = False  # replace an existing run folder instead of making a timestamped one
     formats: tuple[str, ...] = ("png",)  # plot file formats
-    top: int = 5  # rows in the terminal table of most prunable blocks
+    top: int = 8  # block sizes shown in the terminal table of most prunable blocks
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,3 +125,74 @@ class GradnormConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class ToyConfig:
+    """`layerprobe toy`."""
+
+    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
+    depth: int = 100  # residual blocks
+    width: int = 256  # hidden size (FC1 and FC2 are width x width)
+    alphas: tuple[float, ...] = (1.0,)  # scale of FC2: the update's size against the input
+    samples: int = 4096  # Gaussian inputs
+    seed: int = 0
+    mix_alpha: float = 0.25  # Mix-LN: fraction of Post-LN blocks
+    out: str | None = None  # run folder; default reports/toy
+    overwrite: bool = False
+    formats: tuple[str, ...] = ("png",)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---- project defaults ---------------------------------------------------------------------------------------
+
+KEYS = {
+    "model": str, "dataset": str, "text_field": str, "tokens": int, "seq_len": int, "batch_size": int,
+    "task": str, "tasks": list, "out": str, "include_path": str, "num_fewshot": int, "limit": (int, float),
+    "block": int, "layers": str, "dtype": str, "device": str, "tolerance": dict,
+}
+
+
+def _read(path: Path) -> dict:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"'{path}' is not valid TOML ({exc}): fix the file.") from None
+
+
+def find_project_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]:
+    """The nearest layerprobe.toml or pyproject.toml [tool.layerprobe], searching upward from start."""
+    folder = (start or Path.cwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        own = candidate / "layerprobe.toml"
+        if own.is_file():
+            data = _read(own)
+            return _check(data.get("tool", {}).get("layerprobe", data), own), own
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file():
+            section = _read(pyproject).get("tool", {}).get("layerprobe")
+            return (_check(section, pyproject), pyproject) if section else ({}, None)
+    return {}, None
+
+
+def _check(data: dict, path: Path) -> dict:
+    for key, value in data.items():
+        if key not in KEYS:
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f" Did you mean: {close[0]}?" if close else f" Known keys: {', '.join(KEYS)}."
+            raise ConfigError(f"Unknown key '{key}' in {path}.{hint}")
+        if not isinstance(value, KEYS[key]) or isinstance(value, bool):
+            raise ConfigError(f"'{key}' in {path} has the wrong type ({type(value).__name__}): fix the value.")
+    if "tasks" in data and "task" not in data and data["tasks"]:
+        data = {**data, "task": data["tasks"][0]}
+    return data
+
+
+def pick(cli_value: Any, project: dict, key: str, default: Any) -> Any:
+    """CLI value if given, else the project config's, else the built-in default."""
+    if cli_value is not None:
+        return cli_value
+    return project.get(key, default)

@@ -27,3 +27,9 @@ class TaskError(LayerprobeError):
 
 class RunError(LayerprobeError):
     """A run folder is missing, incomplete or inconsistent."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty): what a one-line error quotes."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

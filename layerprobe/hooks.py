@@ -1,4 +1,4 @@
-"""Capture what enters each block (and leaves the last one) with forward hooks; nothing left behind."""
+"""Capture what enters and leaves each block with forward hooks: context managers that leave nothing behind."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ from layerprobe.models.layers import BlockStack
 def block_hidden(output: Any) -> Any:
     """The hidden state a block returns (a tensor, or the first item of a tuple in older transformers)."""
     return output[0] if isinstance(output, (tuple, list)) else output
-
-
-def with_hidden(output: Any, hidden: Any) -> Any:
-    """A block output in the same shape as `output`, carrying `hidden` instead."""
-    if isinstance(output, tuple):
-        return (hidden,) + output[1:]
-    if isinstance(output, list):
-        return [hidden] + output[1:]
-    return hidden
 
 
 @dataclass
@@ -85,5 +76,52 @@ class BlockCapture:
             self.states[index] = block_hidden(output)
             self.output_is_tuple = isinstance(output, tuple)
             return None
+
+        return hook
+
+
+@dataclass
+class GradientCapture:
+    """Context manager for a backward pass: inputs[l] = block l's input, kept with its gradient (retain_grad),
+    outputs[l] = block l's output, detached. Where nothing below needs a gradient (frozen embeddings), the graph
+    starts at the block input. The lists are reset per forward by the caller (`clear()`)."""
+
+    stack: BlockStack
+    inputs: list = field(default_factory=list)
+    outputs: list = field(default_factory=list)
+    _handles: list = field(default_factory=list)
+
+    def __enter__(self) -> GradientCapture:
+        num = len(self.stack.blocks)
+        self.inputs, self.outputs = [None] * num, [None] * num
+        for index, block in enumerate(self.stack.blocks):
+            self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+            self._handles.append(block.register_forward_hook(self._post_hook(index)))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.inputs, self.outputs = [], []
+
+    def clear(self, index: int) -> None:
+        self.inputs[index] = self.outputs[index] = None
+
+    def _pre_hook(self, index: int):
+        def hook(module, args, kwargs):
+            hidden = kwargs["hidden_states"] if not args else args[0]
+            if not hidden.requires_grad:
+                hidden = hidden.detach().requires_grad_(True)
+                args, kwargs = ((hidden, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": hidden})
+            hidden.retain_grad()
+            self.inputs[index] = hidden
+            return args, kwargs
+
+        return hook
+
+    def _post_hook(self, index: int):
+        def hook(module, args, output):
+            self.outputs[index] = block_hidden(output).detach()
 
         return hook

@@ -132,7 +132,7 @@ def test_help_does_not_import_heavy_modules():
 FAULTS = """
 import resource, sys, torch
 if sys.argv[1] == "on":
-    from layerprobe.memory import keep_freed_memory
+    from layerprobe.cli.memory import keep_freed_memory
     assert keep_freed_memory()
 def cycle():  # a pass's worth of activations of mixed sizes, allocated and freed
     xs = [torch.empty(n).fill_(1.0) for n in (4_000_000, 1_500_000, 4_000_000, 700_000, 2_000_000)]

@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from layerprobe.angular import run_angular
+from layerprobe.commands.angular import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
 
@@ -73,7 +73,7 @@ def test_more_processes_than_batches_is_refused(model_dirs, tmp_path):
 
 def test_gradnorm_jobs_split_over_two_processes(tmp_path):
     from layerprobe.config import GradnormConfig
-    from layerprobe.gradnorm import run_gradnorm
+    from layerprobe.commands.gradnorm.run import run_gradnorm
 
     common = ["--arch", "tiny", "--norm", "pre,post", "--seeds", 2, "--batches", 2, "--seq-len", 32,
               "--batch-size", 2, "--dataset", "builtin", "--device", "cpu"]
@@ -107,7 +107,7 @@ def test_gradnorm_jobs_split_over_two_processes(tmp_path):
 
 def test_prune_under_torchrun_shards_and_merges(model_dirs, tmp_path):
     from layerprobe.config import PruneConfig
-    from layerprobe.prune import run_prune
+    from layerprobe.commands.prune.run import run_prune
 
     folder = model_dirs["llama"]
     args = ["prune", folder, "--task", "ppl", "--dataset", "builtin", "--tokens", 256, "--seq-len", 32,

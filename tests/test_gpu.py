@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 import torch
 
-from layerprobe.angular import run_angular
+from layerprobe.commands.angular import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions, PruneConfig
-from layerprobe.prune import run_prune
+from layerprobe.commands.prune.run import run_prune
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU visible")
 

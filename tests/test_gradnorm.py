@@ -12,7 +12,7 @@ import transformers
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
-from layerprobe.gradnorm import measure
+from layerprobe.commands.gradnorm.measure import measure_gradients as measure
 from layerprobe.models.inhouse import ProbeLlamaForCausalLM, make_config
 from layerprobe.models.layers import find_blocks
 
@@ -118,7 +118,8 @@ def test_gradnorm_cli_end_to_end(tmp_path):
 
 
 def test_lr_schedule_by_hand():
-    from layerprobe.training import TrainSettings, lr_factor
+    from layerprobe.config import TrainSettings
+    from layerprobe.models.training import lr_factor
 
     s = TrainSettings(steps=10, lr=1.0, warmup=2)
     assert [lr_factor(i, s) for i in (0, 1)] == [0.5, 1.0]  # linear warmup
@@ -128,7 +129,8 @@ def test_lr_schedule_by_hand():
 
 
 def test_training_matches_a_plain_adamw_loop():
-    from layerprobe.training import TrainSettings, lr_factor, train
+    from layerprobe.config import TrainSettings
+    from layerprobe.models.training import lr_factor, train
 
     settings = TrainSettings(steps=4, lr=3e-3, warmup=1, clip=0.5)
     batches = [torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(i)) for i in range(4)]
@@ -272,7 +274,7 @@ def test_placements_of_one_seed_share_one_initialization():
 
 def test_progress_counts_every_pass(tmp_path):
     from layerprobe.config import DataOptions, GradnormConfig
-    from layerprobe.gradnorm import run_gradnorm
+    from layerprobe.commands.gradnorm.run import run_gradnorm
 
     calls = []
     config = GradnormConfig(arch="tiny", norms=("pre", "deepnorm"), seeds=2, batches=3, device="cpu",
@@ -287,7 +289,7 @@ def test_progress_counts_every_pass(tmp_path):
 def test_interrupted_run_resumes_with_only_the_unfinished_jobs(tmp_path):
     from layerprobe.config import DataOptions, GradnormConfig
     from layerprobe.errors import RunError
-    from layerprobe.gradnorm import run_gradnorm
+    from layerprobe.commands.gradnorm.run import run_gradnorm
 
     def settings(**kw):
         return GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",

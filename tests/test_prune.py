@@ -15,7 +15,7 @@ from layerprobe.cli import app
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
-from layerprobe.prune import run_prune
+from layerprobe.commands.prune.run import run_prune
 
 from .test_surgery import independent_pruned
 

@@ -13,7 +13,9 @@ from typer.testing import CliRunner
 
 from layerprobe.cli import app
 from layerprobe.metrics.stats import effective_rank
-from layerprobe.toy import ToyConfig, ToyModel, measure, power_law
+from layerprobe.commands.toy import ToyModel, measure_toy as measure
+from layerprobe.config import ToyConfig
+from layerprobe.metrics.stats import power_law
 
 runner = CliRunner()
 

@@ -45,12 +45,25 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts."""
+    quiet_libraries()
+
+
+def quiet_libraries() -> None:
+    """The CLI draws its own progress: no progress bars from transformers or the hub (set for this process, before
+    transformers is imported where possible, so `--help` stays light)."""
+    import sys
+
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
 
 
 def main() -> None:
-    from layerprobe.memory import keep_freed_memory
+    """The process-wide settings a CLI run wants (the library leaves them as it finds them), then the app."""
+    from layerprobe.cli.memory import keep_freed_memory
 
-    keep_freed_memory()  # CLI runs repeat large passes: reuse freed pages (see layerprobe/memory.py)
+    keep_freed_memory()  # CLI runs repeat large passes: reuse freed pages (see layerprobe/cli/memory.py)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("MPLBACKEND", "Agg")  # figures are Figure objects; no window ever opens
     app()

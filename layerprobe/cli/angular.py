@@ -30,24 +30,26 @@ def angular(
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/angular)."),
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
-    top: int = typer.Option(8, "--top", help="Block sizes shown in the terminal table."),
+    top: int = typer.Option(None, "--top", help="Block sizes shown in the terminal table (default 8)."),
 ) -> None:
     """Angular distance d(x_l, x_{l+n}) = arccos(cos)/pi between block inputs, for every l and n."""
-    from layerprobe.angular import run_angular
-    from layerprobe.project import find_project_config, pick
+    from layerprobe.commands.angular import run_angular
+    from layerprobe.config import find_project_config, pick
 
     project, _ = call(find_project_config)
+    d = AngularConfig()  # the defaults
     config = AngularConfig(
-        model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
-                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path,
+        model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
+                           pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
                            device_map, offload),
-        data=DataOptions(pick(dataset, project, "dataset", "c4"), text_field, pick(tokens, project, "tokens", 262144),
-                         pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),
+        data=DataOptions(pick(dataset, project, "dataset", d.data.dataset), text_field,
+                         pick(tokens, project, "tokens", d.data.tokens), pick(seq_len, project, "seq_len", d.data.seq_len),
+                         pick(batch_size, project, "batch_size", d.data.batch_size)),
         positions=positions,
         out=out_dir or (f"{project['out']}/angular" if "out" in project else None),
         overwrite=overwrite,
         formats=parse_formats(formats),
-        top=top,
+        top=d.top if top is None else top,
     )
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
@@ -58,7 +60,7 @@ def angular(
     table = Table(title="Most prunable blocks: smallest d(x_l, x_l+n) per n")
     for column in ("n", "layers", "distance"):
         table.add_column(column, justify="right")
-    for row in summary["prune_first"][:top]:
+    for row in summary["prune_first"][: config.top]:
         table.add_row(str(row["n"]), row["layers"], f"{row['distance']:.4f}")
     out.print(table)
     out.print(

@@ -19,7 +19,7 @@ def compare(
     """Compare two runs metric by metric, layer by layer; name every entry outside tolerance."""
     from pathlib import Path
 
-    from layerprobe.project import find_project_config
+    from layerprobe.config import find_project_config
     from layerprobe.runs.compare import compare_folders, parse_tolerances, render
     from layerprobe.runs.folder import atomic_write_text
 

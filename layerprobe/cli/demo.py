@@ -13,7 +13,7 @@ def demo(
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
 ) -> None:
     """MiniLM angular + pruning sweep (drift), llama-71m gradnorm for pre/post/mix/lns, one HTML report."""
-    from layerprobe.demo import run_demo
+    from layerprobe.commands.demo import run_demo
     from layerprobe.report.findings import findings
     from layerprobe.runs.read import load_run
 

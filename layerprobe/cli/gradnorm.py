@@ -7,8 +7,7 @@ from rich.table import Table
 
 from layerprobe.cli import options as o
 from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
-from layerprobe.config import DataOptions, GradnormConfig, ModelOptions
-from layerprobe.training import TrainSettings
+from layerprobe.config import DataOptions, GradnormConfig, ModelOptions, TrainSettings
 
 
 def gradnorm(
@@ -27,12 +26,13 @@ def gradnorm(
     clip: float = typer.Option(1.0, "--clip", help="--steps: max gradient norm (0 = off)."),
     record_steps: str = typer.Option(None, "--record-steps", help="Steps to measure at, e.g. 0,100,500 "
                                      "(default: 0, each quarter, the end)."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16."),
-    dataset: str = o.Dataset,
+    dtype: str = typer.Option(None, "--dtype", help="auto (float32 on CPU, bfloat16 on GPU; default), float32, bfloat16."),
+    dataset: str = typer.Option(None, "--dataset", help="c4 (hub, streamed; default), builtin (offline English), hub "
+                                "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder."),
     text_field: str = o.TextField,
-    seq_len: int = typer.Option(256, "--seq-len", help="Tokens per sequence."),
-    batch_size: int = o.BatchSize,
-    device: str = o.Device,
+    seq_len: int = typer.Option(None, "--seq-len", help="Tokens per sequence (default 256)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per batch (default 8)."),
+    device: str = typer.Option(None, "--device", help="auto (default), cpu, cuda or cuda:N."),
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
@@ -45,8 +45,12 @@ def gradnorm(
     formats: str = o.Formats,
 ) -> None:
     """Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per placement."""
-    from layerprobe.gradnorm import run_gradnorm
+    from layerprobe.commands.gradnorm.run import run_gradnorm
+    from layerprobe.config import find_project_config, pick
 
+    project, _ = call(find_project_config)
+    d = GradnormConfig()  # the defaults
+    dtype, device = pick(dtype, project, "dtype", d.dtype), pick(device, project, "device", d.device)
     config = GradnormConfig(
         model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path,
                            device_map, offload) if model else None,
@@ -60,10 +64,12 @@ def gradnorm(
         reinit=reinit,
         device=device,
         dtype=dtype,
-        train=TrainSettings(steps, lr, steps // 10 if warmup is None else warmup, clip),
+        train=TrainSettings(steps, lr, warmup, clip),
         record_steps=record_steps,
-        data=DataOptions(dataset, text_field, 0, seq_len, batch_size),
-        out=out_dir,
+        data=DataOptions(pick(dataset, project, "dataset", d.data.dataset), text_field, 0,
+                         pick(seq_len, project, "seq_len", d.data.seq_len),
+                         pick(batch_size, project, "batch_size", d.data.batch_size)),
+        out=out_dir or (f"{project['out']}/gradnorm" if "out" in project else None),
         overwrite=overwrite,
         resume=resume,
         formats=parse_formats(formats),

@@ -16,7 +16,7 @@ def merge(
 ) -> None:
     """Join sharded pruning sweeps; refuses shards that disagree on model, task, settings or baseline."""
     from layerprobe.cli.prune import show_prune
-    from layerprobe.runs.merge import merge_shards
+    from layerprobe.commands.prune.merge import merge_shards
 
     run = call(merge_shards, runs, out_dir, overwrite, parse_formats(formats))
     show_prune(run)

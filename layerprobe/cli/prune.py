@@ -7,7 +7,7 @@ from rich.table import Table
 
 from layerprobe.cli import options as o
 from layerprobe.cli.common import call, out, parse_formats, parse_size, progress_bar, show_warnings
-from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+from layerprobe.config import SQUAD_DATASET, DataOptions, ModelOptions, PruneConfig
 
 
 def prune(
@@ -48,26 +48,28 @@ def prune(
     """Performance drop dP(l) = P_pruned(l) - P_original of removing each layer (or block of n)."""
     from layerprobe.cli.common import fail
     from layerprobe.evaluation.variants import shard_suffix
-    from layerprobe.project import find_project_config, pick
-    from layerprobe.prune import run_prune
+    from layerprobe.config import find_project_config, pick
+    from layerprobe.commands.prune.run import run_prune
 
     project, _ = call(find_project_config)
     task = pick(task, project, "task", None)
     if task is None:
         raise fail("No --task given: pass one (mmlu, arc_easy, ppl, kl, drift, squad, ...) or set task in [tool.layerprobe].")
+    d = PruneConfig()  # the defaults
     config = PruneConfig(
         task=task,
-        model=ModelOptions(pick(model, project, "model", "minilm"), pick(dtype, project, "dtype", "auto"),
-                           pick(device, project, "device", "auto"), revision, trust_remote_code, layers_path,
+        model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
+                           pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
                            device_map, offload),
-        data=DataOptions(dataset or ("rajpurkar/squad" if task == "squad" else pick(None, project, "dataset", "c4")),
-                         text_field, pick(tokens, project, "tokens", 65536),
-                         pick(seq_len, project, "seq_len", 1024), pick(batch_size, project, "batch_size", 8)),
-        include_path=pick(include_path, project, "include_path", None),
-        num_fewshot=pick(num_fewshot, project, "num_fewshot", None),
-        limit=pick(limit, project, "limit", None),
-        layers=pick(layers, project, "layers", None),
-        block=pick(block, project, "block", 1),
+        data=DataOptions(dataset or (SQUAD_DATASET if task == "squad" else pick(None, project, "dataset", d.data.dataset)),
+                         text_field, pick(tokens, project, "tokens", d.data.tokens),
+                         pick(seq_len, project, "seq_len", d.data.seq_len),
+                         pick(batch_size, project, "batch_size", d.data.batch_size)),
+        include_path=pick(include_path, project, "include_path", d.include_path),
+        num_fewshot=pick(num_fewshot, project, "num_fewshot", d.num_fewshot),
+        limit=pick(limit, project, "limit", d.limit),
+        layers=pick(layers, project, "layers", d.layers),
+        block=pick(block, project, "block", d.block),
         metric=metric,
         shard=shard,
         shared_prefix=shared_prefix,

@@ -22,8 +22,11 @@ def toy(
     formats: str = o.Formats,
 ) -> None:
     """Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
-    from layerprobe.toy import ToyConfig, run_toy
+    from layerprobe.commands.toy import run_toy
+    from layerprobe.config import ToyConfig, find_project_config
 
+    project, _ = call(find_project_config)
+    out_dir = out_dir or (f"{project['out']}/toy" if "out" in project else None)
     try:
         alphas = tuple(float(a) for a in alpha.split(",") if a.strip())
     except ValueError:

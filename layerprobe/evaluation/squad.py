@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from layerprobe.config import SQUAD_DATASET
 from layerprobe.errors import DatasetError, TaskError
 
 log = logging.getLogger(__name__)
 
-HUB_DATASET = "rajpurkar/squad"
+HUB_DATASET = SQUAD_DATASET
 MAX_LENGTH = 384  # tokens per window
 DOC_STRIDE = 128  # tokens shared by consecutive windows of one context
 N_BEST = 20  # start and end candidates per window

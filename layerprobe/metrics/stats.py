@@ -1,4 +1,4 @@
-"""Representation statistics shared by the toy model and real checkpoints."""
+"""Statistics over layers: effective rank, rank correlation, power-law fits, depth ratios."""
 
 from __future__ import annotations
 
@@ -17,3 +17,42 @@ def effective_rank(h: torch.Tensor) -> float:
     p = s / s.sum()
     p = p[p > 0]
     return float(torch.exp(-(p * p.log()).sum()))
+
+
+def spearman(x, y) -> float | None:
+    """Spearman rank correlation (average ranks for ties); None when undefined (under 3 points or a constant)."""
+    import numpy as np
+    import pandas as pd
+
+    if len(x) < 3:
+        return None
+    rx = pd.Series(x).rank().to_numpy()
+    ry = pd.Series(y).rank().to_numpy()
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def power_law(x, y) -> dict[str, float] | None:
+    """Least-squares slope of log y on log x with a 95% interval (normal approximation); None if undefined."""
+    import math
+
+    import numpy as np
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = (x > 0) & (y > 0) & np.isfinite(y)
+    x, y = np.log(x[keep]), np.log(y[keep])
+    if len(x) < 3 or np.ptp(x) == 0:
+        return None
+    slope, intercept = np.polyfit(x, y, 1)
+    residual = y - (slope * x + intercept)
+    se = math.sqrt(float(residual @ residual) / (len(x) - 2) / float(((x - x.mean()) ** 2).sum()))
+    return {"slope": float(slope), "ci_low": float(slope - 1.96 * se), "ci_high": float(slope + 1.96 * se),
+            "points": int(len(x))}
+
+
+def depth_ratio(values: list[float]) -> float | None:
+    """Mean of the last third of layers over the first third: < 1 means the quantity shrinks with depth."""
+    third = max(1, len(values) // 3)
+    early, late = sum(values[:third]) / third, sum(values[-third:]) / third
+    return late / early if early > 0 else None

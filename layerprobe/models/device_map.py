@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import ModelLoadError
+from layerprobe.models.heads import auto_class
 
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -48,8 +49,6 @@ def fit_device_map(mapping: dict, config: Any, head: str, trust_remote_code: boo
     """Module names as the loaded class spells them: 'model.layers.0' and 'layers.0' both work for the base model and
     the LM head alike (a head's own modules are dropped for the base model); unknown names are an error."""
     import torch
-
-    from layerprobe.models.load import auto_class
 
     with torch.device("meta"):  # names only: no memory, even for a 70B model
         skeleton = auto_class(head).from_config(config, trust_remote_code=trust_remote_code)

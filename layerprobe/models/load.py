@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import ModelLoadError
+from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.models.device_map import fit_device_map, input_device, placement_kwargs
-
-log = logging.getLogger(__name__)
+from layerprobe.models.heads import HEADS, auto_class
+from layerprobe.models.layers import text_config
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-HEADS = ("base", "causal-lm", "masked-lm", "qa")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -128,25 +126,7 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
                                                          trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
-    from layerprobe.models.layers import text_config
-
     return getattr(text_config(config), "model_type", None)
-
-
-def auto_class(head: str):
-    import transformers
-
-    return {
-        "base": transformers.AutoModel,
-        "causal-lm": transformers.AutoModelForCausalLM,
-        "masked-lm": transformers.AutoModelForMaskedLM,
-        "qa": transformers.AutoModelForQuestionAnswering,
-    }[head]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def load_model(
@@ -165,7 +145,6 @@ def load_model(
     With device_map, accelerate spreads the blocks over the GPUs (and RAM or disk with offload) and `device` is
     where the input embeddings landed.
     """
-    import torch
     import transformers
 
     import layerprobe.models.inhouse  # noqa: F401  (registers the in-house family with the Auto classes)
@@ -176,7 +155,6 @@ def load_model(
     placement = placement_kwargs(device_map, offload) if device_map else {}
     device = resolve_device("auto" if device_map else device)
     dtype = resolve_dtype(dtype, device)
-    transformers.utils.logging.disable_progress_bar()  # the CLI draws its own progress
     where = str(path) if path is not None else spec
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:
@@ -185,46 +163,10 @@ def load_model(
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     if isinstance(placement.get("device_map"), dict):
         placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
-    try:
-        model, info = auto_class(head).from_pretrained(
-            where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
-        )
-    except Exception as exc:  # torch, safetensors and transformers each raise their own types here
-        if placement and "offload" in str(exc):
-            raise ModelLoadError(
-                f"'{spec}' does not fit with --device-map {device_map} on the memory allowed (--offload {offload}): "
-                "add GPUs, or pass --offload cpu or --offload disk:FOLDER."
-            ) from None
-        if placement and ("device_map" in str(exc) or "device map" in str(exc)):
-            text = _first_line(exc)
-            text = text if len(text) < 200 else text[:200].rsplit(",", 1)[0] + ", ..."
-            raise ModelLoadError(f"--device-map does not cover '{spec}': {text}. Name every module of the model, "
-                                 "or use --device-map auto.") from None
-        if "Unrecognized configuration class" in str(exc):
-            raise ModelLoadError(
-                f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "
-                "with that head or another command."
-            ) from None
-        raise ModelLoadError(
-            f"Could not load the weights of '{spec}': {_first_line(exc)}. Re-save the checkpoint "
-            "or re-download it."
-        ) from None
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(where, **common)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(
-            f"Could not load a tokenizer for '{spec}': {_first_line(exc)}. Save one next to the weights "
-            "(tokenizer.save_pretrained(folder))."
-        ) from None
+    model, info = _load_weights(spec, where, head, config, dtype, placement, common, device_map, offload)
+    tokenizer = _load_tokenizer(spec, where, common)
     if placement:
-        spilled = sorted(k for k, v in getattr(model, "hf_device_map", {}).items() if v in ("cpu", "disk"))
-        if offload == "none" and "max_memory" in placement and spilled:  # auto placement with GPUs only
-            del model
-            raise ModelLoadError(
-                f"'{spec}' does not fit on the {len(placement['max_memory'])} visible GPU(s) with --device-map "
-                f"{device_map} ({len(spilled)} modules left over, e.g. {spilled[0]}): add GPUs, or pass --offload cpu "
-                "or --offload disk:FOLDER."
-            )
+        _refuse_spill(spec, model, placement, device_map, offload)
         device = input_device(model)
     else:
         model.to(device)
@@ -236,8 +178,62 @@ def load_model(
     return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head)
 
 
+def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, placement: dict, common: dict,
+                  device_map: str | None, offload: str) -> tuple[Any, dict]:
+    """from_pretrained with loading info; each way it fails becomes one line naming the fix."""
+    import torch
+
+    try:
+        return auto_class(head).from_pretrained(
+            where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
+        )
+    except Exception as exc:  # torch, safetensors and transformers each raise their own types here
+        if placement and "offload" in str(exc):
+            raise ModelLoadError(
+                f"'{spec}' does not fit with --device-map {device_map} on the memory allowed (--offload {offload}): "
+                "add GPUs, or pass --offload cpu or --offload disk:FOLDER."
+            ) from None
+        if placement and ("device_map" in str(exc) or "device map" in str(exc)):
+            text = first_line(exc)
+            text = text if len(text) < 200 else text[:200].rsplit(",", 1)[0] + ", ..."
+            raise ModelLoadError(f"--device-map does not cover '{spec}': {text}. Name every module of the model, "
+                                 "or use --device-map auto.") from None
+        if "Unrecognized configuration class" in str(exc):
+            raise ModelLoadError(
+                f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "
+                "with that head or another command."
+            ) from None
+        raise ModelLoadError(
+            f"Could not load the weights of '{spec}': {first_line(exc)}. Re-save the checkpoint "
+            "or re-download it."
+        ) from None
+
+
+def _load_tokenizer(spec: str, where: str, common: dict) -> Any:
+    import transformers
+
+    try:
+        return transformers.AutoTokenizer.from_pretrained(where, **common)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(
+            f"Could not load a tokenizer for '{spec}': {first_line(exc)}. Save one next to the weights "
+            "(tokenizer.save_pretrained(folder))."
+        ) from None
+
+
+def _refuse_spill(spec: str, model: Any, placement: dict, device_map: str | None, offload: str) -> None:
+    """Auto placement with GPUs only (--offload none): modules left on the CPU or disk are an error."""
+    spilled = sorted(k for k, v in getattr(model, "hf_device_map", {}).items() if v in ("cpu", "disk"))
+    if offload == "none" and "max_memory" in placement and spilled:
+        raise ModelLoadError(
+            f"'{spec}' does not fit on the {len(placement['max_memory'])} visible GPU(s) with --device-map "
+            f"{device_map} ({len(spilled)} modules left over, e.g. {spilled[0]}): add GPUs, or pass --offload cpu "
+            "or --offload disk:FOLDER."
+        )
+
+
 def _config_problem(spec: str, source: str, exc: BaseException) -> str:
-    text = _first_line(exc)
+    text = first_line(exc)
     if source == "hub":
         offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
         how = "the hub is offline here (HF_HUB_OFFLINE=1)" if offline else "the hub did not answer"

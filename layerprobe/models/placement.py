@@ -10,6 +10,19 @@ import torch
 PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
 
 
+def check_placements(names) -> None:
+    """The one check of --norm values (gradnorm, toy, the in-house configs): an unknown name is a one-line error."""
+    import difflib
+
+    from layerprobe.errors import ConfigError
+
+    for name in names:
+        if name not in PLACEMENTS:
+            close = difflib.get_close_matches(name, PLACEMENTS, n=1)
+            hint = f" Did you mean: {close[0]}?" if close else ""
+            raise ConfigError(f"Unknown placement '{name}' in --norm: use {', '.join(PLACEMENTS)}.{hint}")
+
+
 def residual_step(placement: str, x: torch.Tensor, f: Any, norm: Any, out_norm: Any = None, scale: float = 1.0,
                   residual_alpha: float = 1.0) -> torch.Tensor:
     """One residual sub-layer x -> x' around F, in the given placement (mix resolves to pre or post per layer).

@@ -1,1 +1,1 @@
-"""Matplotlib figures in, files out (Agg backend; never plt.show())."""
+"""Every figure: numbers in, matplotlib Figure objects out (no pyplot, so no global backend); runs/ saves them."""

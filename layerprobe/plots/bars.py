@@ -9,12 +9,10 @@ import numpy as np
 
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
                distance: np.ndarray | None = None, correlation: float | None = None) -> Any:
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.28 * len(labels) + 2.5), 3.6))
+    fig = Figure(figsize=(max(5.0, 0.28 * len(labels) + 2.5), 3.6))
+    ax = fig.subplots()
     x = np.arange(len(labels))
     colors = ["#3b6fb6" if d >= 0 else "#c0392b" for d in delta]
     ax.bar(x, delta, color=colors, width=0.8)

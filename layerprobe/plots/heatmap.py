@@ -10,9 +10,7 @@ import numpy as np
 def angular_heatmap(distance: np.ndarray, title: str) -> Any:
     """distance: (L+1, L+1) mean d(x_i, x_j). Cells with l + n > L are blank; per-row minimum boxed."""
     import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
 
     num_layers = distance.shape[0] - 1
@@ -21,9 +19,10 @@ def angular_heatmap(distance: np.ndarray, title: str) -> Any:
         for layer in range(num_layers - n + 1):
             grid[n - 1, layer] = distance[layer, layer + n]
     size = min(10.0, 3.0 + 0.22 * num_layers)
-    fig, ax = plt.subplots(figsize=(size + 1.2, size * 0.8))
+    fig = Figure(figsize=(size + 1.2, size * 0.8))
+    ax = fig.subplots()
     # viridis reversed: small distances yellow, large purple, as in Gromov et al. and Mix-LN Fig. 2/3/5.
-    cmap = plt.get_cmap("viridis_r").with_extremes(bad="white")
+    cmap = matplotlib.colormaps["viridis_r"].with_extremes(bad="white")
     image = ax.imshow(grid, origin="lower", cmap=cmap, vmin=0.0, vmax=np.nanmax(grid), aspect="auto",
                       extent=(-0.5, num_layers - 0.5, 0.5, num_layers + 0.5))
     for n in range(1, num_layers + 1):

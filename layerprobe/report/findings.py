@@ -22,7 +22,8 @@ def spans(layers: list[int]) -> str:
 
 
 def findings(run: Run) -> list[str]:
-    return {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm, "toy": _toy}[run.command](run)
+    """Sentences about the run, from its numbers (each command's own function, named in runs/kinds.py)."""
+    return run.kind.function("findings")(run)
 
 
 def _halves(values: list[float]) -> tuple[float, float]:
@@ -30,7 +31,7 @@ def _halves(values: list[float]) -> tuple[float, float]:
     return sum(values[:half]) / half, sum(values[-half:]) / half
 
 
-def _angular(run: Run) -> list[str]:
+def angular_findings(run: Run) -> list[str]:
     table = run.tables["angular"]
     one = table[table["n"] == 1].sort_values("layer")
     layers, values = one["layer"].tolist(), one["distance"].tolist()
@@ -59,7 +60,7 @@ def _angular(run: Run) -> list[str]:
     return out
 
 
-def _prune(run: Run) -> list[str]:
+def prune_findings(run: Run) -> list[str]:
     s = run.summary
     table = run.tables["prune"]
     main = table[table["metric"] == s["metric"]]
@@ -79,7 +80,7 @@ def _prune(run: Run) -> list[str]:
     return out
 
 
-def _gradnorm(run: Run) -> list[str]:
+def gradnorm_findings(run: Run) -> list[str]:
     out = []
     for norm, info in run.summary.get("placements", {}).items():
         ratio = info.get("params_late_over_early")
@@ -99,7 +100,7 @@ def _gradnorm(run: Run) -> list[str]:
     return out
 
 
-def _toy(run: Run) -> list[str]:
+def toy_findings(run: Run) -> list[str]:
     out = []
     for norm, by_alpha in run.summary.get("fits", {}).items():
         for key, fit in by_alpha.items():
@@ -111,18 +112,20 @@ def _toy(run: Run) -> list[str]:
 
 
 def describe(run: Run) -> list[tuple[str, Any]]:
-    """(label, value) facts for the run's header."""
+    """(label, value) facts for the run's header: the common ones and the command's own (runs/kinds.py)."""
     s, m = run.summary, run.manifest
     facts = [("command", run.command), ("model", s.get("model")), ("layers", s.get("num_layers"))]
-    if run.command == "angular":
-        facts += [("dataset", s.get("dataset")), ("tokens", s.get("tokens")), ("positions", s.get("positions"))]
-    elif run.command == "toy":
-        facts += [("width", s.get("width")), ("samples", s.get("samples")), ("alphas", s.get("alphas"))]
-    elif run.command == "prune":
-        facts += [("task", s.get("task")), ("metric", s.get("metric")), ("block", s.get("block"))]
-    else:
-        facts += [("arch", s.get("arch")), ("seeds x batches", f"{s.get('seeds')} x {s.get('batches')}"),
-                  ("steps", s.get("steps", 0))]
+    for label, key in run.kind.facts:
+        if "{" in key:
+            facts.append((label, key.format_map(s) if all(f in s for f in _fields(key)) else None))
+        else:
+            facts.append((label, s.get(key)))
     facts += [("device / dtype", f"{s.get('device')} / {s.get('dtype')}"), ("seconds", s.get("seconds")),
               ("started", m.get("started")), ("layerprobe", m.get("layerprobe_version"))]
     return [(k, v) for k, v in facts if v is not None]
+
+
+def _fields(template: str) -> list[str]:
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]

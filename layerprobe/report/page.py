@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import base64
 import html
-import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerprobe.errors import RunError
+from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import describe, findings
-from layerprobe.runs.read import Run
-
-log = logging.getLogger(__name__)
+from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, save_figure
+from layerprobe.runs.kinds import KINDS
+from layerprobe.runs.read import Run, find_runs
 
 CSS = """
 body{font-family:-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;
@@ -35,62 +37,20 @@ class Report:
     runs: int
 
 
-def _data_table(run: Run) -> Any:
-    """The per-layer numbers worth reading next to the plot."""
-    if run.command == "angular":
-        layers = run.tables["layers"]
-        columns = ["layer", "distance_next", "norm", "cos_input"] + (["effective_rank"] if "effective_rank" in layers else [])
-        return layers[columns].rename(columns={"distance_next": "d(l, 1)"})
-    if run.command == "prune":
-        table = run.tables["prune"]
-        main = table[table["metric"] == run.summary["metric"]]
-        return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
-    if run.command == "toy":
-        toy = run.tables["toy"]
-        first = toy[toy["alpha"] == toy["alpha"].iloc[0]]
-        return first.pivot(index="layer", columns="norm", values="hidden_norm").reset_index()
-    table = run.tables["gradnorm"]
-    if "step" in table:
-        table = table[table["step"] == table["step"].min()]
-    params = table[(table["kind"] == "params") & (table["module"] == "block")]
-    return params.pivot(index="layer", columns="norm", values="grad_norm").reset_index()
-
-
 def _figures(runs: list[Run], folder: Path) -> list[tuple[str, Path]]:
     """Overlay plots when several runs of one command are side by side (x = relative depth)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from layerprobe.runs.folder import save_figure
-
     made = []
-    for command, ylabel, title in (("angular", "d(l, 1)", "Angular distance of each layer, by relative depth"),
-                                   ("prune", "dP", "Performance drop of removing each layer, by relative depth")):
+    for command, kind in KINDS.items():
         group = [r for r in runs if r.command == command]
-        if len(group) < 2:
+        if kind.overlay is None or len(group) < 2:
             continue
-        fig, ax = plt.subplots(figsize=(7, 3.6))
+        series = []
         for run in group:
-            if command == "angular":
-                t = run.tables["angular"]
-                t = t[t["n"] == 1].sort_values("layer")
-                x, y = t["layer"], t["distance"]
-            else:
-                t = run.tables["prune"]
-                t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
-                x, y = t["layer"], t["delta"]
-            depth = max(1, int(run.summary.get("num_layers") or len(t)) - 1)
-            ax.plot([v / depth for v in x], y, marker="o", markersize=3, linewidth=1.3, label=run.label)
-        ax.set_xlabel("Relative depth l / (L - 1)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=8, frameon=False)
-        fig.tight_layout()
+            x, y = kind.function("overlay")(run)
+            series.append((run.label, x, y, int(run.summary.get("num_layers") or len(x))))
+        ylabel, title = kind.overlay_axis
         path = folder / f"overlay_{command}"
-        save_figure(path, fig, ("png",))
-        plt.close(fig)
+        save_figure(path, overlay_figure(series, ylabel, title), ("png",))
         made.append((title, path.with_suffix(".png")))
     return made
 
@@ -120,8 +80,6 @@ def _cell(value: Any) -> str:
 
 def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -> Report:
     """One page for one or more runs; same-command runs sit side by side, with overlays across them."""
-    from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text
-
     out.mkdir(parents=True, exist_ok=True)
     assets = out / "report_files"
     assets.mkdir(exist_ok=True)
@@ -133,12 +91,11 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
         body_html += [f"<h2>{html.escape(caption)}</h2>", _img_tag(path, caption)]
         body_md += [f"## {caption}", "", f"![{caption}](report_files/{path.name})", ""]
     figures = [p for _, p in overlays]
-    for command in ("angular", "prune", "gradnorm", "toy"):
+    for command, kind in KINDS.items():
         group = [r for r in runs if r.command == command]
         if not group:
             continue
-        heading = {"angular": "Angular distance between block inputs", "prune": "Pruning: performance drop per layer",
-                   "gradnorm": "Gradient norms by layer", "toy": "Toy residual-MLP model (||h_l|| by layer)"}[command]
+        heading = kind.heading
         body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
         body_md += [f"## {heading}", ""]
         for index, run in enumerate(group):
@@ -157,7 +114,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
             fact_table = "".join(f"<tr><td>{html.escape(k)}</td><td>{_cell(v)}</td></tr>" for k, v in facts)
             body_html.append(f"<details><summary>Run facts</summary><table>{fact_table}</table>"
                              f'<p class="muted">{html.escape(str(run.folder))}</p></details>')
-            table = _data_table(run)
+            table = kind.function("data_table")(run)
             body_html.append(f"<details open><summary>Per-layer numbers</summary>{_html_table(table)}</details>")
             body_html.append("</section>")
             body_md += ["| fact | value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in facts] + [""]
@@ -173,11 +130,6 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
 
 def report_runs(paths: list[str], out: str | None = None) -> Report:
     """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
-    import os
-
-    from layerprobe.errors import RunError
-    from layerprobe.runs.read import find_runs
-
     if not paths:
         raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
     runs = [run for path in paths for run in find_runs(path).values()]

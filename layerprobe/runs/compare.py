@@ -17,6 +17,7 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from layerprobe.errors import ConfigError, RunError
+from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
 DEFAULT_TOLERANCE = {"angular": 0.02, "prune": 0.05, "gradnorm": 0.25, "variance": 0.25}
@@ -103,14 +104,15 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
     if layers_old is not None and layers_new is not None and layers_old != layers_new:
         raise RunError(f"{where}the runs have different layer counts ({layers_old} vs {layers_new}): "
                        "layer-by-layer comparison needs the same architecture depth.")
-    if old.command not in ("angular", "prune", "gradnorm"):
-        raise RunError(f"{where}compare reads angular, prune and gradnorm runs, not {old.command}: pass runs of those.")
+    if old.kind.comparer is None:
+        comparable = ", ".join(k.name for k in KINDS.values() if k.comparer)
+        raise RunError(f"{where}compare reads {comparable} runs, not {old.command}: pass runs of those.")
     if old.model != new.model:
         into.notes.append(f"{where}models differ: {old.model} -> {new.model}")
-    {"angular": _angular, "prune": _prune, "gradnorm": _gradnorm}[old.command](old, new, tolerance, into, name)
+    old.kind.function("comparer")(old, new, tolerance, into, name)
 
 
-def _angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+def compare_angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     if old.summary.get("positions") != new.summary.get("positions"):
         raise RunError(f"angular runs measured different positions ({old.summary.get('positions')} vs "
                        f"{new.summary.get('positions')}): compare runs made with the same --positions.")
@@ -124,7 +126,7 @@ def _angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None
                                  tol["angular"], abs(delta) > tol["angular"]))
 
 
-def _prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     if old.summary.get("task") != new.summary.get("task"):
         raise RunError(f"prune runs of different tasks ({old.summary.get('task')} vs {new.summary.get('task')}): "
                        "compare runs of the same --task.")
@@ -149,7 +151,7 @@ def _prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
                                      limit, abs(delta) > limit))
 
 
-def _gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     keys = ["norm", "step", "layer", "kind", "module"]
     # runs from before --steps existed have no step column: they are step 0 (the loaded tables stay as read)
     a, b = (t if "step" in t else t.assign(step=0) for t in (old.tables["gradnorm"], new.tables["gradnorm"]))

@@ -6,16 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError
-
-# command -> CSV files a finished run of it holds (name -> required)
-TABLES = {
-    "angular": {"angular.csv": True, "layers.csv": True},
-    "prune": {"prune.csv": True},
-    "gradnorm": {"gradnorm.csv": True, "variance.csv": False},
-    "toy": {"toy.csv": True},
-}
-PLOTS = {"angular": "heatmap.png", "prune": "prune.png", "gradnorm": "gradnorm.png", "toy": "toy.png"}
+from layerprobe.errors import RunError, first_line
+from layerprobe.runs.folder import read_json
+from layerprobe.runs.kinds import KINDS, Kind
 
 
 @dataclass
@@ -33,14 +26,17 @@ class Run:
         return str(self.summary.get("model", "?"))
 
     @property
+    def kind(self) -> Kind:
+        return KINDS[self.command]
+
+    @property
     def label(self) -> str:
-        """Short name for tables and legends: the model, plus the placement set or task where it helps."""
-        if self.command == "prune":
-            return f"{self.model} ({self.summary.get('task')})"
-        return self.model
+        """Short name for tables and legends: the model, plus the task where it helps."""
+        key = self.kind.label_key
+        return f"{self.model} ({self.summary.get(key)})" if key else self.model
 
     def plot(self) -> Path | None:
-        path = self.folder / PLOTS[self.command]
+        path = self.folder / self.kind.plot
         return path if path.is_file() else None
 
 
@@ -52,8 +48,6 @@ def load_run(folder: str | Path) -> Run:
     """A finished run, or a RunError naming what is wrong with the folder."""
     import pandas as pd
 
-    from layerprobe.runs.folder import read_json
-
     path = Path(folder)
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
@@ -64,10 +58,10 @@ def load_run(folder: str | Path) -> Run:
     if not isinstance(summary, dict) or not isinstance(manifest, dict):
         raise RunError(f"'{folder}' has a summary.json or manifest.json that is not a JSON object: re-run the command.")
     command = summary.get("command")
-    if command not in TABLES:
+    if command not in KINDS:
         raise RunError(f"'{folder}/summary.json' names no known command ({command!r}): re-run the command.")
     tables = {}
-    for name, required in TABLES[command].items():
+    for name, required in KINDS[command].tables:
         csv = path / name
         if not csv.is_file():
             if required:
@@ -76,7 +70,7 @@ def load_run(folder: str | Path) -> Run:
         try:
             tables[csv.stem] = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise RunError(f"'{csv}' is not a readable CSV ({str(exc).splitlines()[0]}): re-run the command.") from None
+            raise RunError(f"'{csv}' is not a readable CSV ({first_line(exc)}): re-run the command.") from None
     return Run(path, command, summary, manifest, tables)
 
 

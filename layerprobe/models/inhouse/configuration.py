@@ -9,7 +9,7 @@ from transformers import PretrainedConfig
 
 from layerprobe.errors import ConfigError
 
-from layerprobe.models.placement import PLACEMENTS
+from layerprobe.models.placement import PLACEMENTS, check_placements
 NORM_TYPES = ("rmsnorm", "layernorm")
 # Mix-LN paper, Table 7: hidden, FFN, heads, layers. `tiny` is for tests.
 SIZES = {
@@ -76,8 +76,7 @@ def make_config(size: str = "tiny", placement: str = "pre", **overrides: Any) ->
         close = difflib.get_close_matches(size, SIZES, n=1)
         hint = f" Did you mean: {close[0]}?" if close else f" Known: {', '.join(SIZES)}."
         raise ConfigError(f"Unknown --arch '{size}'.{hint}")
-    if placement not in PLACEMENTS:
-        raise ConfigError(f"Unknown normalization placement '{placement}': use one of {', '.join(PLACEMENTS)}.")
+    check_placements([placement])
     alpha = overrides.get("mix_alpha", 0.25)
     if not 0.0 <= alpha <= 1.0:
         raise ConfigError(f"--alpha must be within [0, 1], got {alpha}.")

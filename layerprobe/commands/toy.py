@@ -10,58 +10,24 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from layerprobe.config import ToyConfig
 from layerprobe.errors import ConfigError
-from layerprobe.metrics.stats import effective_rank
+from layerprobe.metrics.stats import effective_rank, power_law
+from layerprobe.models.placement import check_placements, residual_step
+from layerprobe.plots.toy import toy_figure
 from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.write import RunResult, write_run
 
 COLUMNS = ["norm", "alpha", "layer", "hidden_norm", "cos_next", "cos_input", "effective_rank", "grad_norm"]
 # Random-walk argument for Pre-LN (see the toy-model note): ||h_l|| ~ l^(1/2), 1 - cos(h_l, h_l+1) ~ l^(-1).
 EXPECTED_PRE = {"hidden_norm": 0.5, "one_minus_cos_next": -1.0}
 
 
-@dataclass
-class ToyConfig:
-    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
-    depth: int = 100  # residual blocks
-    width: int = 256  # hidden size (FC1 and FC2 are width x width)
-    alphas: tuple[float, ...] = (1.0,)  # scale of FC2: the update's size against the input
-    samples: int = 4096  # Gaussian inputs
-    seed: int = 0
-    mix_alpha: float = 0.25  # Mix-LN: fraction of Post-LN blocks
-    out: str | None = None  # run folder; default reports/toy
-    overwrite: bool = False
-    formats: tuple[str, ...] = ("png",)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class ToyRun:
-    folder: Path
-    table: Any  # DataFrame with COLUMNS
-    summary: dict
-    warnings: list[str] = field(default_factory=list)
-
-
-def power_law(x: list[float], y: list[float]) -> dict[str, float] | None:
-    """Least-squares slope of log y on log x with a 95% interval (normal approximation); None if undefined."""
-    import numpy as np
-
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = (x > 0) & (y > 0) & np.isfinite(y)
-    x, y = np.log(x[keep]), np.log(y[keep])
-    if len(x) < 3 or np.ptp(x) == 0:
-        return None
-    slope, intercept = np.polyfit(x, y, 1)
-    residual = y - (slope * x + intercept)
-    se = math.sqrt(float(residual @ residual) / (len(x) - 2) / float(((x - x.mean()) ** 2).sum()))
-    return {"slope": float(slope), "ci_low": float(slope - 1.96 * se), "ci_high": float(slope + 1.96 * se),
-            "points": int(len(x))}
+ToyRun = RunResult  # tables: toy (COLUMNS)
 
 
 class ToyModel:
@@ -70,10 +36,7 @@ class ToyModel:
     def __init__(self, placement: str, config: ToyConfig, alpha: float) -> None:
         import torch
 
-        from layerprobe.models.placement import PLACEMENTS
-
-        if placement not in PLACEMENTS:
-            raise ConfigError(f"Unknown placement '{placement}' in --norm: use {', '.join(PLACEMENTS)}.")
+        check_placements([placement])
         gen = torch.Generator().manual_seed(config.seed)
         w, depth = config.width, config.depth
         self.alpha, self.depth = alpha, depth
@@ -90,8 +53,6 @@ class ToyModel:
         """[h_0, h_1, ..., h_depth]: the input and every block's output."""
         import torch.nn.functional as F
 
-        from layerprobe.models.placement import residual_step
-
         def norm(h):
             return F.layer_norm(h, h.shape[-1:])
 
@@ -105,7 +66,7 @@ class ToyModel:
         return states
 
 
-def measure(model: ToyModel, x: Any, readout: Any) -> list[dict]:
+def measure_toy(model: ToyModel, x: Any, readout: Any) -> list[dict]:
     """Statistics of h_1..h_depth and per-block gradient norms for loss = mean(h_depth @ readout)."""
     import torch
 
@@ -132,11 +93,9 @@ def measure(model: ToyModel, x: Any, readout: Any) -> list[dict]:
 
 
 def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
+    """Every placement x alpha of the toy model: statistics of each block output, power-law fits, the plot."""
     import pandas as pd
     import torch
-
-    from layerprobe.runs.folder import prepare_run_dir
-    from layerprobe.runs.manifest import start_time
 
     started, clock = start_time(), time.perf_counter()
     if config.depth < 2 or config.width < 2 or config.samples < 2:
@@ -153,12 +112,34 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
     progress("placements", 0, len(cases))
     models = [ToyModel(n, config, a) for n, a in cases]  # validates every placement before any work
     for i, ((norm, alpha), model) in enumerate(zip(cases, models)):
-        for row in measure(model, x, readout):
+        for row in measure_toy(model, x, readout):
             rows.append({"norm": norm, "alpha": alpha, **row})
         progress("placements", i + 1, len(cases))
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
     folder = prepare_run_dir(config.out or "reports/toy", overwrite=config.overwrite)
-    from layerprobe.toy_report import write_toy_outputs
-
     return write_toy_outputs(folder, table, config, started, seconds)
+
+
+def fits(table: Any) -> dict:
+    """Per placement and alpha: log-log slopes over the deep half of norm, 1 - cos_next and the gradient norm."""
+    out: dict = {}
+    for (norm, alpha), part in table.groupby(["norm", "alpha"], sort=False):
+        deep = part[part["layer"] >= part["layer"].max() / 2]
+        out.setdefault(norm, {})[f"alpha={alpha:g}"] = {
+            "hidden_norm": power_law(deep["layer"], deep["hidden_norm"]),
+            "one_minus_cos_next": power_law(deep["layer"], 1.0 - deep["cos_next"]),
+            "grad_norm": power_law(deep["layer"], deep["grad_norm"]),
+        }
+    return out
+
+
+def write_toy_outputs(folder: Any, table: Any, config: ToyConfig, started: str, seconds: float) -> ToyRun:
+    """toy.csv, the four-panel plot, power-law fits in summary.json, manifest."""
+    fitted = fits(table)
+    summary = {"command": "toy", "model": "toy", "num_layers": config.depth, "width": config.width,
+               "samples": config.samples, "alphas": list(config.alphas), "seed": config.seed,
+               "fits": fitted, "expected_pre_ln": EXPECTED_PRE, "seconds": round(seconds, 3), "warnings": []}
+    return write_run(folder, "toy", tables={"toy": table[COLUMNS]}, figures={"toy": toy_figure(table, fitted, config)},
+                     summary=summary, config=config, started=started, seconds=seconds,
+                     facts={"model": "toy", "device": "cpu", "dtype": "float32"}, formats=config.formats)

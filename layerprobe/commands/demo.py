@@ -10,8 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from layerprobe.commands.angular import run_angular
+from layerprobe.commands.gradnorm.run import run_gradnorm
+from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import AngularConfig, DataOptions, GradnormConfig, ModelOptions, PruneConfig
 from layerprobe.progress import Progress, silent
+from layerprobe.report.page import report_runs
+from layerprobe.runs.folder import prepare_run_dir
 
 # (angular tokens, prune tokens, gradnorm arch, seeds, batches): the reference demo and its quick twin.
 # The quick twin keeps the layer counts, sequence shapes and first seed/batch, so `compare` can judge it
@@ -34,12 +39,6 @@ def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = F
              progress: Progress = silent) -> DemoRun:
     """Run angular, prune (drift) and gradnorm on embedded defaults, then write report.html/.md in `out`
     (or a timestamped sibling when `out` exists and overwrite is off)."""
-    from layerprobe.angular import run_angular
-    from layerprobe.gradnorm import run_gradnorm
-    from layerprobe.prune import run_prune
-    from layerprobe.report.page import report_runs
-    from layerprobe.runs.folder import prepare_run_dir
-
     size = QUICK if quick else FULL
     folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo (the committed reference) is kept
     overwrite = True  # the sub-runs live in the folder just chosen

@@ -1,4 +1,4 @@
-"""Outputs of a pruning sweep: dP bar plot, Spearman with angular distance, summary and manifest."""
+"""Outputs of a pruning sweep: prune.csv, the dP bar plot with the angular correlation, summary and manifest."""
 
 from __future__ import annotations
 
@@ -7,20 +7,24 @@ from typing import Any
 
 import numpy as np
 
-from layerprobe.errors import RunError
+from layerprobe.errors import ConfigError, RunError
+from layerprobe.metrics.stats import spearman
+from layerprobe.plots.bars import prune_bars
+from layerprobe.runs.write import RunResult, write_run
+
+COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+PREFERRED = ("acc", "acc_norm", "f1", "exact_match", "ppl", "kl", "drift")
+
+PruneRun = RunResult  # tables: prune (COLUMNS)
 
 
-def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Spearman rank correlation (average ranks for ties); None when undefined."""
-    import pandas as pd
-
-    if len(x) < 3:
-        return None
-    rx = pd.Series(x).rank().to_numpy()
-    ry = pd.Series(y).rank().to_numpy()
-    if rx.std() == 0 or ry.std() == 0:
-        return None
-    return float(np.corrcoef(rx, ry)[0, 1])
+def check_metric(metric: str | None, available: list[str]) -> str:
+    """--metric, or the first of PREFERRED the task reports."""
+    if metric is None:
+        return next((m for m in PREFERRED if m in available), available[0])
+    if metric not in available:
+        raise ConfigError(f"--metric '{metric}' is not reported by this task: pick one of {', '.join(available)}.")
+    return metric
 
 
 def find_angular(folder: Path, explicit: str | None) -> Path | None:
@@ -34,29 +38,28 @@ def find_angular(folder: Path, explicit: str | None) -> Path | None:
     return sibling if (sibling / "angular.csv").is_file() else None
 
 
-def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
-                        seconds: float, warnings: list[str], manifest_extra: dict | None = None):
-    import matplotlib.pyplot as plt
+def _angular_distance(angular_dir: Path, layers: Any, block: int) -> np.ndarray:
+    """d(l, block) of the angular run for each start layer (NaN where the run has no such block)."""
     import pandas as pd
 
-    from layerprobe.plots.bars import prune_bars
-    from layerprobe.prune import COLUMNS, PruneRun, check_metric
-    from layerprobe.runs.folder import save_figure, write_csv, write_json
-    from layerprobe.runs.manifest import build_manifest
+    angular = pd.read_csv(angular_dir / "angular.csv")
+    lookup = {(int(r.layer), int(r.n)): r.distance for r in angular.itertuples()}
+    return np.array([lookup.get((int(layer), block), np.nan) for layer in layers])
+
+
+def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
+                        seconds: float, warnings: list[str], manifest_extra: dict | None = None) -> PruneRun:
+    import pandas as pd
 
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "metric"]).reset_index(drop=True)
-    write_csv(folder / "prune.csv", table)
     metric = check_metric(config.metric, list(dict.fromkeys(table["metric"])))
     main = table[table["metric"] == metric].sort_values("layer")
     harm = -main["delta"] if higher else main["delta"]  # how much worse the model gets without the layer(s)
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
-    correlation = None
+    correlation = distance = None
     angular_dir = find_angular(folder, config.angular)
-    distance = None
     if angular_dir is not None:
-        angular = pd.read_csv(angular_dir / "angular.csv")
-        lookup = {(int(r.layer), int(r.n)): r.distance for r in angular.itertuples()}
-        distance = np.array([lookup.get((int(layer), config.block), np.nan) for layer in main["layer"]])
+        distance = _angular_distance(angular_dir, main["layer"], config.block)
         if np.isfinite(distance).all():
             correlation = spearman(distance, main["delta"].to_numpy())
         else:
@@ -80,9 +83,6 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric,
                         f"{facts['model']}: {config.task}, baseline {metric} = {summary['baseline']:.4g}",
                         distance, correlation)
-    save_figure(folder / "prune", figure, config.formats)
-    plt.close(figure)
-    write_json(folder / "summary.json", summary)
-    write_json(folder / "manifest.json", build_manifest("prune", config.to_dict(), started, seconds, **facts,
-                                                                  **(manifest_extra or {})))
-    return PruneRun(folder, table, summary, warnings)
+    return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
+                     config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
+                     manifest_extra=manifest_extra, warnings=warnings)

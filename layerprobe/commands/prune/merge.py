@@ -6,7 +6,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.prune.outputs import write_prune_outputs
+from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.errors import ConfigError, RunError
+from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.read import load_run
 
 # settings that change the numbers: shards that differ in any of them are not slices of one sweep
 SAME_CONFIG = ("task", "include_path", "num_fewshot", "limit", "layers", "block", "metric")
@@ -92,11 +96,6 @@ def default_out(first: Path) -> Path:
 def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = False,
                  formats: tuple[str, ...] | None = None):
     """One prune run folder from its shards: the same prune.csv, plot and summary as an unsharded sweep."""
-    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
-    from layerprobe.prune_report import write_prune_outputs
-    from layerprobe.runs.folder import prepare_run_dir
-    from layerprobe.runs.read import load_run
-
     if not folders:
         raise ConfigError("No run folders given: pass the folders of every `prune --shard K/N` run.")
     runs = [load_run(f) for f in folders]

@@ -1,0 +1,171 @@
+"""run_angular(config): stream tokens through the model, hook block inputs, write the run folder."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from layerprobe.commands.probe import open_probe
+from layerprobe.config import AngularConfig
+from layerprobe.data.packing import batches, empty_corpus_error
+from layerprobe.distributed import current_world
+from layerprobe.errors import ConfigError
+from layerprobe.hooks import BlockCapture
+from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
+from layerprobe.plots.heatmap import angular_heatmap
+from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import prepare_run_dir, slug
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.write import RunResult, write_run
+
+RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
+
+POSITIONS = ("all", "last")
+
+AngularRun = RunResult  # tables: angular (layer, n, distance, tokens), layers (per-layer statistics of x_l)
+
+
+def last_rows(mask: Any) -> Any:
+    """Flat indices of each sequence's last real token (right padding never counts)."""
+    import torch
+
+    lengths = mask.sum(dim=1)  # (batch,)
+    return torch.arange(mask.shape[0], device=mask.device) * mask.shape[1] + lengths - 1
+
+
+@dataclasses.dataclass
+class _Pass:
+    """The running float64 sums of one process, and the token vectors kept for the effective rank."""
+
+    accumulator: Any  # metrics.angular.AngularAccumulator
+    sampled: list  # (batch index, per-layer token vectors)
+    processed: int  # tokens of all ranks' batches seen
+
+
+def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
+    """One pass over the corpus; every rank walks the same deterministic stream and computes batch i when
+    i % world size == rank."""
+    import torch
+
+    from layerprobe.metrics.angular import AngularAccumulator
+
+    accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
+    sampled: list[tuple[int, list]] = []
+    processed = measured_before = 0  # tokens seen / measured positions before a batch
+    total = config.data.tokens
+    progress("tokens", 0, total)
+    stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
+    with BlockCapture(probe.stack) as capture, torch.inference_mode():
+        for index, batch in enumerate(stream):
+            tokens = int(batch.attention_mask.sum())
+            positions = batch.input_ids.shape[0] if config.positions == "last" else tokens
+            if index % world.size == world.rank:
+                ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
+                probe.model(input_ids=ids, attention_mask=mask)
+                rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
+                accumulator.update(capture.states, rows)
+                if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
+                    take = rows[: RANK_SAMPLE - measured_before]
+                    sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()
+                                            for s in capture.states]))
+            measured_before += positions
+            processed += tokens
+            if world.main:
+                progress("tokens", processed, total)
+    return _Pass(accumulator, sampled, processed)
+
+
+def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRun:
+    """Measure d(x_l, x_{l+n}) for every l, n over the probe corpus and write the run folder."""
+    import torch
+
+    from layerprobe.metrics.stats import effective_rank
+
+    if config.positions not in POSITIONS:
+        raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")
+    started, clock = start_time(), time.perf_counter()
+    world = current_world()
+    world.refuse_device_map(config.model.device_map)
+    probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data)
+    per_batch = probe.seq_len * config.data.batch_size
+    world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {probe.seq_len} "
+                      "tokens", f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
+    reset_peak_memory(probe.device)
+    done = _measure(config, probe, world, progress)
+    done.accumulator.load_state(world.sum(done.accumulator.state()))  # one all-reduce: the single-process sums
+    parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
+    warnings = probe.warnings
+    if done.processed == 0:
+        raise empty_corpus_error(probe.corpus.spec)
+    if done.processed < config.data.tokens:
+        warnings.append(f"The corpus ran out: used {done.processed} tokens of the {config.data.tokens} asked for.")
+    stats = done.accumulator.result()
+    ranks = [effective_rank(torch.cat([p[1][layer] for p in parts])) if parts else float("nan")
+             for layer in range(len(probe.stack) + 1)]
+    seconds = time.perf_counter() - clock
+    if not world.main:
+        return AngularRun(None, warnings=warnings)  # rank 0 writes the run folder
+
+    folder = prepare_run_dir(config.out or str(Path("reports") / slug(probe.loaded.spec) / "angular"),
+                             overwrite=config.overwrite)
+    facts = probe.facts() | {
+        "dataset": probe.corpus.description,
+        "tokens": done.processed,
+        "tokens_requested": config.data.tokens,
+        "measured_positions": stats.tokens,
+        "positions": config.positions,
+        "seq_len": probe.seq_len,
+        "batch_size": config.data.batch_size,
+        "rank_tokens": sum(p[1][0].shape[0] for p in parts),
+        "processes": world.size,
+        "peak_gpu_memory_gib": peak_memory_gib(probe.device),
+    }
+    return write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
+
+
+def angular_tables(stats: Any, ranks: list[float] | None = None) -> tuple[Any, Any]:
+    """(angular: one row per (l, n), layers: one row per x_l) from the accumulated statistics."""
+    import numpy as np
+    import pandas as pd
+
+    distance = stats.distance.numpy()
+    num_layers = distance.shape[0] - 1
+    angular = pd.DataFrame(
+        [
+            {"layer": layer, "n": n, "distance": distance[layer, layer + n], "tokens": stats.tokens}
+            for n in range(1, num_layers + 1)
+            for layer in range(num_layers - n + 1)
+        ]
+    )
+    layers = pd.DataFrame(
+        {
+            "layer": range(num_layers + 1),
+            "norm": stats.norm.numpy(),
+            "variance": stats.variance.numpy(),
+            "distance_next": [distance[i, i + 1] for i in range(num_layers)] + [np.nan],
+            "cos_input": stats.cos_input.numpy(),
+            "tokens": stats.tokens,
+            "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
+        }
+    )
+    return angular, layers
+
+
+def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConfig, started: str,
+                      seconds: float, warnings: list[str], ranks: list[float] | None = None) -> AngularRun:
+    """angular.csv, layers.csv, heatmap, summary.json, manifest.json."""
+    angular, layers = angular_tables(stats, ranks)
+    best = angular.loc[angular.groupby("n")["distance"].idxmin()]
+    best_per_n = [
+        {"n": int(r.n), "layer": int(r.layer), "layers": f"{int(r.layer)}-{int(r.layer + r.n - 1)}", "distance": float(r.distance)}
+        for r in best.itertuples()
+    ]
+    summary = {"command": "angular", **facts, "seconds": round(seconds, 3), "prune_first": best_per_n,
+               "warnings": warnings}
+    title = f"{facts['model']}: angular distance over {facts['tokens']:,} tokens ({facts['positions']} positions)"
+    figure = angular_heatmap(stats.distance.numpy(), title)
+    return write_run(folder, "angular", tables={"angular": angular, "layers": layers}, figures={"heatmap": figure},
+                     summary=summary, config=config, started=started, seconds=seconds, facts=facts,
+                     formats=config.formats)

@@ -1,0 +1,90 @@
+"""Outputs of `layerprobe gradnorm`: gradnorm.csv, gradnorm_samples.csv, variance.csv, loss.csv, the plots,
+summary and manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.metrics.stats import depth_ratio
+from layerprobe.plots.gradnorm import gradnorm_figure, variance_by_step_figure
+from layerprobe.runs.write import RunResult, write_run
+
+GradnormRun = RunResult  # tables: gradnorm, gradnorm_samples, variance (and loss with --steps)
+
+COLUMNS = ["norm", "layer", "kind", "module", "grad_norm", "std", "samples", "step"]
+
+
+@dataclass
+class GradnormTables:
+    raw: Any  # one row per (placement, seed, step, batch, layer, kind, module)
+    table: Any  # mean and std over seeds x batches: norm, step, layer, kind, module, grad_norm, std, samples
+    variance: Any  # norm, step, layer, variance, std, samples
+    losses: Any  # norm, seed, step, loss (training only)
+
+
+def aggregate(row_pairs: list, loss_pairs: list) -> GradnormTables:
+    """Every rank's (job, row) pairs, in job order (the table of a single process: the sort is stable), averaged."""
+    import pandas as pd
+
+    raw = pd.DataFrame([row for _, row in sorted(row_pairs, key=lambda p: p[0])])
+    losses = pd.DataFrame([row for _, row in sorted(loss_pairs, key=lambda p: p[0])])
+    keys = ["norm", "step", "layer", "kind", "module"]
+    grads = raw[raw["kind"] != "variance"].groupby(keys, sort=False)["grad_norm"]
+    table = grads.agg(grad_norm="mean", std="std", samples="count").reset_index()
+    table["std"] = table["std"].fillna(0.0)
+    variance = raw[raw["kind"] == "variance"].groupby(["norm", "step", "layer"], sort=False)["variance"]
+    variance = variance.agg(variance="mean", std="std", samples="count").reset_index()
+    variance["std"] = variance["std"].fillna(0.0)
+    return GradnormTables(raw, table, variance, losses)
+
+
+def _series(frame: Any, norm: str, step: int, kind: str | None, value: str) -> list[float]:
+    part = frame[(frame["norm"] == norm) & (frame["step"] == step)]
+    if kind is not None:
+        part = part[part["kind"] == kind]
+    return part.sort_values("layer")[value].tolist()
+
+
+def placements_summary(table: Any, variance: Any) -> dict:
+    """Per placement (and step): late-over-early ratios of gradient norms and variance, and the per-layer values."""
+    whole = table[table["module"] == "block"]
+    steps = sorted(table["step"].unique())
+    first, last = steps[0], steps[-1]
+    placements = {}
+    for norm in whole["norm"].unique():
+        by_step = {}
+        for step in steps:
+            params = _series(whole, norm, step, "params", "grad_norm")
+            inputs = _series(whole, norm, step, "input", "grad_norm")
+            var = _series(variance, norm, step, None, "variance")
+            by_step[int(step)] = {
+                "params_late_over_early": depth_ratio(params),
+                "input_late_over_early": depth_ratio(inputs) if inputs else None,
+                "variance_late_over_early": depth_ratio(var) if var else None,
+                "params_by_layer": params,
+                "variance_by_layer": var,
+            }
+        placements[norm] = {**by_step[int(first)], "steps": by_step} if last != first else by_step[int(first)]
+    return placements
+
+
+def write_gradnorm_outputs(folder: Path, tables: GradnormTables, config: Any, facts: dict, started: str,
+                           seconds: float, warnings: list[str]) -> GradnormRun:
+    table, variance, losses = tables.table, tables.variance, tables.losses
+    csvs = {"gradnorm": table[COLUMNS], "gradnorm_samples": tables.raw,
+            "variance": variance[["norm", "step", "layer", "variance", "std", "samples"]]}
+    if len(losses):
+        csvs["loss"] = losses
+    steps = sorted(table["step"].unique())
+    figures = {"gradnorm": gradnorm_figure(table, variance, facts)}
+    if steps[-1] != steps[0]:
+        figures["variance"] = variance_by_step_figure(variance, facts)
+    summary = {"command": "gradnorm", **facts, "placements": placements_summary(table, variance),
+               "seconds": round(seconds, 3), "warnings": warnings}
+    if len(losses):
+        final = losses[losses["step"] == losses["step"].max()].groupby("norm", sort=False)["loss"].mean()
+        summary["final_loss"] = {norm: float(v) for norm, v in final.items()}
+    return write_run(folder, "gradnorm", tables=csvs, figures=figures, summary=summary, config=config,
+                     started=started, seconds=seconds, facts=facts, formats=config.formats)

@@ -1,0 +1,75 @@
+"""run_prune(config): remove one layer (or a block) at a time and measure dP = P_pruned - P_original."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from layerprobe.commands.probe import open_probe
+from layerprobe.commands.prune.merge import merge_shards
+from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
+from layerprobe.commands.prune.sweeps import SweepJob, make_sweep
+from layerprobe.config import PruneConfig
+from layerprobe.distributed import World, current_world
+from layerprobe.errors import ConfigError
+from layerprobe.evaluation.variants import parse_layers, parse_shard, shard_of, shard_suffix, sweep
+from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import prepare_run_dir, slug
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.resume import Ledger
+
+
+def _shard_for(config: PruneConfig, world: World) -> tuple[PruneConfig, tuple[int, int] | None]:
+    """--shard K/N, or under torchrun rank r's shard r+1 of N on its own device."""
+    shard = parse_shard(config.shard)
+    if world.size == 1:
+        return config, shard
+    if shard:
+        raise ConfigError("--shard under torchrun: torchrun already splits the sweep over its processes; drop "
+                          "--shard, or run N separate processes with --shard K/N.")
+    shard = (world.rank + 1, world.size)
+    return dataclasses.replace(config, shard=f"{shard[0]}/{shard[1]}", model=dataclasses.replace(
+        config.model, device=world.device(config.model.device))), shard
+
+
+def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
+    """The sweep: baseline once, then each variant; finished work is on disk after every step."""
+    import torch
+
+    started, clock = start_time(), time.perf_counter()
+    world = current_world()
+    world.refuse_device_map(config.model.device_map)
+    config, shard = _shard_for(config, world)
+    progress = progress if world.main else silent
+    task = make_sweep(config)  # tasks are built before the model loads: a bad name fails in seconds
+    probe = open_probe(config.model, config.data, head=task.head, need_corpus=task.needs_corpus)
+    warnings = probe.warnings + task.check(probe)
+    variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
+    sweep_size = len(variants)
+    world.refuse_idle(sweep_size, "variants")
+    if shard:
+        variants = shard_of(variants, *shard)
+
+    base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}")
+    out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
+    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    identity = {"task": config.task, "model": probe.loaded.spec, "block": config.block, "layers": config.layers,
+                "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
+                "tokens": config.data.tokens, "seq_len": probe.seq_len, "shard": config.shard}
+    job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
+    with torch.inference_mode():
+        higher = task.run(job)
+    facts = probe.facts() | {"task": config.task}
+    if shard:  # what `layerprobe merge` checks: every slice present once, all of the same sweep
+        facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
+                          "variants": [v.label for v in variants]}
+    facts |= task.facts(job)
+    run = write_prune_outputs(folder, job.ledger.rows, config, facts, higher, started,
+                              time.perf_counter() - clock, job.warnings)
+    if world.size == 1:
+        return run
+    folders = world.gather(str(run.folder))  # also waits for every rank's shard
+    if not world.main:
+        return PruneRun(None, warnings=job.warnings)
+    return merge_shards(folders, base, overwrite=config.overwrite, formats=config.formats)

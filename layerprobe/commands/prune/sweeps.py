@@ -1,0 +1,218 @@
+"""One Sweep per task kind (task-free metrics, SQuAD, lm-eval), picked from SWEEPS: each builds what it needs
+before the model loads, checks the loaded model, scores the baseline and every variant into the Ledger, and
+says what the run's facts are."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerprobe.commands.prune.outputs import check_metric
+from layerprobe.config import PruneConfig
+from layerprobe.data.packing import batches, empty_corpus_error
+from layerprobe.errors import ConfigError, TaskError
+from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
+from layerprobe.evaluation.variants import Variant
+from layerprobe.models.layers import is_encoder
+from layerprobe.models.surgery import removed_layers
+from layerprobe.progress import Progress
+from layerprobe.runs.resume import Ledger
+
+
+def task_kind(task: str) -> str:
+    if task in METRICS:
+        return "taskfree"
+    return "squad" if task == "squad" else "lm-eval"
+
+
+def rows_for(variant: Variant, baseline: dict, pruned: dict) -> list[dict]:
+    return [
+        {"layer": variant.start, "block": variant.block, "removed": variant.label, "metric": name,
+         "baseline": base, "pruned": pruned[name][0], "delta": pruned[name][0] - base,
+         "baseline_stderr": base_err, "pruned_stderr": pruned[name][1]}
+        for name, (base, base_err) in baseline.items()
+    ]
+
+
+@dataclass
+class SweepJob:
+    """What every sweep works on: the settings, the loaded probe, the variants left to this process, the store."""
+
+    config: PruneConfig
+    probe: Any  # commands.probe.Probe
+    variants: list[Variant]
+    ledger: Ledger
+    progress: Progress
+    warnings: list[str] = field(default_factory=list)
+
+
+def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
+    """Baseline once, then evaluate(subject) with each variant's layers removed; returns the baseline.
+
+    select(label) runs before each evaluation (None: the unpruned model), for LMs that answer variants.
+    """
+    select = select or (lambda label: None)
+    ledger, variants, progress = job.ledger, job.variants, job.progress
+    baseline = ledger.state.get("baseline")
+    if baseline is None:
+        progress("variants", 0, len(variants))
+        select(None)
+        baseline = evaluate(subject)
+        ledger.save_state(baseline=baseline)
+    baseline = {k: tuple(v) for k, v in baseline.items()}
+    done = ledger.done()
+    for count, variant in enumerate(variants):
+        progress("variants", count, len(variants))
+        if variant.label in done:
+            continue
+        select(variant.label)
+        with removed_layers(job.probe.model, variant.removed, job.probe.stack):
+            pruned = evaluate(subject)
+        ledger.add(rows_for(variant, baseline, pruned))
+    progress("variants", len(variants), len(variants))
+    return baseline
+
+
+class TaskfreeSweep:
+    """ppl / kl / drift on the probe corpus: every variant scored per batch (shared prefix by default)."""
+
+    needs_corpus = True
+
+    def __init__(self, config: PruneConfig) -> None:
+        self.config = config
+
+    @property
+    def head(self) -> str:
+        return METRICS[self.config.task][0]
+
+    def check(self, probe: Any) -> list[str]:
+        if self.config.task in ("ppl", "kl") and is_encoder(probe.model):
+            raise TaskError(f"--task {self.config.task} needs a causal LM, and '{probe.loaded.spec}' is an encoder: "
+                            "use --task drift.")
+        return []
+
+    def run(self, job: SweepJob) -> bool:
+        config, probe, ledger, metric = self.config, job.probe, job.ledger, self.config.task
+        state = ledger.state.get("sums")
+        sums = Sums(**state) if state else Sums()
+        score = score_batch_shared if config.shared_prefix else score_batch_naive
+        total = config.data.tokens
+        tokens = ledger.state.get("tokens", 0)
+        job.progress("tokens", tokens, total)
+        stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
+        for index, batch in enumerate(stream):
+            if index < sums.batches:
+                continue  # finished before an interruption; the stream is deterministic
+            ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
+            score(probe.model, probe.stack, metric, job.variants, ids, mask, sums)
+            sums.batches += 1
+            tokens += batch.tokens
+            ledger.save_state(sums=sums.__dict__, tokens=tokens)
+            job.progress("tokens", tokens, total)
+        if tokens == 0:
+            raise empty_corpus_error(probe.corpus.spec)
+        if tokens < total:
+            job.warnings.append(f"The corpus ran out: used {tokens} tokens of the {total} asked for.")
+        baseline = {metric: (finish(metric, *sums.baseline), None)}
+        rows = []
+        for variant in job.variants:
+            if variant.label not in ledger.done():
+                rows += rows_for(variant, baseline, {metric: (finish(metric, *sums.variants[variant.label]), None)})
+        ledger.add(rows)
+        return False  # lower is better: a removed layer raises ppl, kl and drift
+
+    def facts(self, job: SweepJob) -> dict:
+        return {"dataset": job.probe.corpus.description, "tokens": job.ledger.state.get("tokens"),
+                "seq_len": job.probe.seq_len}
+
+
+class SquadSweep:
+    """SQuAD v1.1 exact match and F1 of an extractive-QA model."""
+
+    head = "qa"
+    needs_corpus = False
+
+    def __init__(self, config: PruneConfig) -> None:
+        from layerprobe.evaluation.squad import SquadTask
+
+        if config.limit is not None and config.limit <= 0:
+            raise ConfigError(f"--limit must be positive, got {config.limit}.")
+        self.config = config
+        self.task = SquadTask(config.data.dataset, config.limit, config.data.batch_size).build()
+
+    def check(self, probe: Any) -> list[str]:
+        if probe.loaded.new_head:
+            raise TaskError(
+                f"squad needs a trained question-answering head and '{probe.loaded.spec}' has none "
+                f"({', '.join(probe.loaded.new_head)} missing): fine-tune it on SQuAD or pass a QA checkpoint."
+            )
+        return self.task.prepare(probe.model, probe.tokenizer)
+
+    def run(self, job: SweepJob) -> bool:
+        evaluate_variants(self.task.evaluate, job.probe.model, job)
+        return True
+
+    def facts(self, job: SweepJob) -> dict:
+        squad = self.task
+        return {"dataset": self.config.data.dataset, "questions": len(squad.questions),
+                "windows": len(squad.windows.input_ids), "limit": self.config.limit, "max_length": squad.max_length,
+                "doc_stride": squad.stride}
+
+
+class HarnessSweep:
+    """Any lm-eval task or group; loglikelihood requests of all variants answered from one shared-prefix pass."""
+
+    head = "causal-lm"
+    needs_corpus = False
+
+    def __init__(self, config: PruneConfig) -> None:
+        from layerprobe.evaluation.harness import HarnessTask
+
+        self.config = config  # tasks are built before the model loads: a bad name fails in seconds
+        self.harness = HarnessTask(config.task, config.include_path, config.num_fewshot, config.limit).build()
+
+    def check(self, probe: Any) -> list[str]:
+        if is_encoder(probe.model):
+            raise TaskError(f"Task '{self.config.task}' needs a causal LM, and '{probe.loaded.spec}' is an encoder: "
+                            "use drift or squad.")
+        return []
+
+    def run(self, job: SweepJob) -> bool:
+        from layerprobe.evaluation.harness import wrap_model
+
+        config, harness, ledger = self.config, self.harness, job.ledger
+        shared = config.shared_prefix and harness.output_types != {"generate_until"}
+        lm = wrap_model(job.probe.model, job.probe.tokenizer, config.data.batch_size, job.probe.stack,
+                        job.variants if shared else None, config.max_memory)
+
+        def select(label: str | None) -> None:
+            if shared:
+                lm.active = label
+
+        # resumed after the baseline: the store of variant answers is gone, the rest is scored per variant
+        resumed = ledger.state.get("baseline") is not None and len(ledger.done()) < len(job.variants)
+        baseline = evaluate_variants(harness.evaluate, lm, job, select)
+        if shared and "generate_until" in harness.output_types:
+            job.warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood "
+                                "requests shared the prefix.")
+        if shared and getattr(lm, "chosen", None):
+            ledger.state["shared_prefix"] = lm.chosen
+            if lm.chosen["batch_size"] < lm.chosen["asked"]:
+                job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
+                                    f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
+        if shared and resumed:
+            job.warnings.append("Resumed after the baseline: the remaining variants were scored per variant.")
+        metric = check_metric(config.metric, list(baseline))
+        return bool(harness.higher_is_better().get(metric.split("[")[0], True))
+
+    def facts(self, job: SweepJob) -> dict:
+        return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
+                "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix")}
+
+
+SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSweep}
+
+
+def make_sweep(config: PruneConfig):
+    """The sweep for --task, with what it builds before any model is loaded."""
+    return SWEEPS[task_kind(config.task)](config)

@@ -1,0 +1,47 @@
+"""The per-layer numbers printed under each run's plot in the report, one function per command (runs/kinds.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprobe.runs.read import Run
+
+
+def angular_table(run: Run) -> Any:
+    layers = run.tables["layers"]
+    columns = ["layer", "distance_next", "norm", "cos_input"] + (["effective_rank"] if "effective_rank" in layers else [])
+    return layers[columns].rename(columns={"distance_next": "d(l, 1)"})
+
+
+def prune_table(run: Run) -> Any:
+    table = run.tables["prune"]
+    main = table[table["metric"] == run.summary["metric"]]
+    return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
+
+
+def toy_table(run: Run) -> Any:
+    toy = run.tables["toy"]
+    first = toy[toy["alpha"] == toy["alpha"].iloc[0]]
+    return first.pivot(index="layer", columns="norm", values="hidden_norm").reset_index()
+
+
+def gradnorm_table(run: Run) -> Any:
+    table = run.tables["gradnorm"]
+    if "step" in table:
+        table = table[table["step"] == table["step"].min()]
+    params = table[(table["kind"] == "params") & (table["module"] == "block")]
+    return params.pivot(index="layer", columns="norm", values="grad_norm").reset_index()
+
+
+def angular_by_depth(run: Run) -> tuple[Any, Any]:
+    """(layer, d(l, 1)) for the overlay across runs."""
+    t = run.tables["angular"]
+    t = t[t["n"] == 1].sort_values("layer")
+    return t["layer"], t["distance"]
+
+
+def prune_by_depth(run: Run) -> tuple[Any, Any]:
+    """(start layer, dP of the summary's metric) for the overlay across runs."""
+    t = run.tables["prune"]
+    t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
+    return t["layer"], t["delta"]

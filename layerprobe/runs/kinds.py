@@ -1,0 +1,54 @@
+"""One record per command whose runs can be read back: its tables, plot, report heading and header facts, and
+where its findings, per-layer table and comparer live. Adding a command's run format means adding one Kind here.
+
+The functions are named as lazy 'module:function' strings (as lm-eval's registries do), so this table imports
+nothing from report/ or plots/ and every layer may read it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    tables: tuple[tuple[str, bool], ...]  # (CSV file, required) a finished run holds
+    plot: str  # the figure the report shows
+    heading: str  # the report's section heading
+    facts: tuple[tuple[str, str], ...]  # header facts: (label, summary key or a format string of summary keys)
+    findings: str  # 'module:function' (run) -> list of sentences
+    data_table: str  # 'module:function' (run) -> the per-layer DataFrame printed under the plot
+    comparer: str | None = None  # 'module:function' (old, new, tolerance, into, name), None: not comparable
+    label_key: str | None = None  # summary key added to the model name in labels, e.g. the task
+    overlay: str | None = None  # 'module:function' (run) -> (layers, values): one line of the report's overlay
+    overlay_axis: tuple[str, str] = ("", "")  # the overlay's (y label, title)
+
+    def function(self, attribute: str) -> Callable[..., Any]:
+        """Import and return the function an attribute names."""
+        module, name = getattr(self, attribute).split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.png",
+         "Angular distance between block inputs",
+         (("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
+         "layerprobe.report.findings:angular_findings", "layerprobe.report.tables:angular_table",
+         "layerprobe.runs.compare:compare_angular", overlay="layerprobe.report.tables:angular_by_depth",
+         overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth")),
+    Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
+         (("task", "task"), ("metric", "metric"), ("block", "block")),
+         "layerprobe.report.findings:prune_findings", "layerprobe.report.tables:prune_table",
+         "layerprobe.runs.compare:compare_prune", label_key="task", overlay="layerprobe.report.tables:prune_by_depth",
+         overlay_axis=("dP", "Performance drop of removing each layer, by relative depth")),
+    Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
+         (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
+         "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",
+         "layerprobe.runs.compare:compare_gradnorm"),
+    Kind("toy", (("toy.csv", True),), "toy.png", "Toy residual-MLP model (||h_l|| by layer)",
+         (("width", "width"), ("samples", "samples"), ("alphas", "alphas")),
+         "layerprobe.report.findings:toy_findings", "layerprobe.report.tables:toy_table"),
+)}

@@ -1,0 +1,92 @@
+"""Resume stores: finished work saved atomically as it completes, with the settings that produced it, so an
+interrupted run continues where it stopped and a resume with other settings is refused.
+
+- Ledger (prune): prune.csv, rewritten after every finished variant or batch, and state.json (sums, baseline).
+- JobStore (gradnorm): <run>/jobs/identity.json and <job>.json per finished (placement, seed) job.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import RunError
+from layerprobe.runs.folder import check_same_settings, read_json, write_csv, write_json
+
+IDENTITY = "identity.json"
+
+
+def as_saved(identity: dict) -> dict:
+    """The settings as they read back from JSON (tuples become lists), so a comparison is exact."""
+    return json.loads(json.dumps(identity, default=str))
+
+
+class Ledger:
+    """A sweep's rows (<run>/<table>.csv) and its resume state (<run>/state.json, which holds the settings)."""
+
+    def __init__(self, folder: Path, identity: dict, resume: bool, columns: list[str], table: str = "prune") -> None:
+        import pandas as pd
+
+        self.folder, self.identity, self.columns = folder, as_saved(identity), columns
+        self.csv = folder / f"{table}.csv"
+        self.rows: list[dict] = []
+        self.state: dict = {}
+        state_file = folder / "state.json"
+        if resume and state_file.exists():
+            self.state = read_json(state_file)
+            check_same_settings(folder, self.state.get("identity", {}), self.identity)
+            if self.csv.exists():
+                self.rows = pd.read_csv(self.csv).to_dict("records")
+
+    def done(self) -> set[str]:
+        return {str(r["removed"]) for r in self.rows}
+
+    def save_state(self, **state: Any) -> None:
+        self.state.update(state, identity=self.identity)
+        write_json(self.folder / "state.json", self.state)
+
+    def add(self, rows: list[dict]) -> None:
+        import pandas as pd
+
+        self.rows.extend(rows)
+        write_csv(self.csv, pd.DataFrame(self.rows, columns=self.columns))
+
+
+class JobStore:
+    """<run>/jobs/: identity.json (the settings) and <job>.json per finished job."""
+
+    def __init__(self, folder: Path, identity: dict, resume: bool, owner: bool = True) -> None:
+        """owner: the one process (rank 0) that checks or starts the store; the others only read and add."""
+        self.dir = folder / "jobs"
+        identity = as_saved(identity)
+        if not owner:
+            return
+        saved_file = self.dir / IDENTITY
+        if resume:
+            if not saved_file.is_file():
+                raise RunError(f"--resume: '{folder}' holds no unfinished run (no jobs/{IDENTITY}): run without "
+                               "--resume, with --overwrite to reuse the folder.")
+            check_same_settings(folder, read_json(saved_file), identity)
+            return
+        self.clear()  # --overwrite of an older run: its jobs are not this run's
+        write_json(saved_file, identity)
+
+    def _path(self, name: str) -> Path:
+        return self.dir / f"{name}.json"
+
+    def load(self, name: str) -> Any:
+        """The saved result of job `name`, or None when it has not finished."""
+        path = self._path(name)
+        return read_json(path) if path.is_file() else None
+
+    def save(self, name: str, result: Any) -> None:
+        write_json(self._path(name), result)
+
+    def clear(self) -> None:
+        """Drop the store once the run's outputs are written (a finished run needs no resume)."""
+        if self.dir.is_dir():
+            for path in self.dir.glob("*.json"):
+                path.unlink()
+            if not any(self.dir.iterdir()):
+                self.dir.rmdir()

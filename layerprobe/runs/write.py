@@ -1,0 +1,46 @@
+"""write_run: what every command ends with (CSVs, figures, summary.json, manifest.json), and what it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from layerprobe.runs.folder import save_figure, write_csv, write_json
+from layerprobe.runs.manifest import build_manifest
+
+
+@dataclass
+class RunResult:
+    """What a command produced: its folder (None on the non-writing ranks of a distributed run), tables by CSV
+    stem, the summary and the warnings. `run.table` is the first table; `run.<stem>` any of them."""
+
+    folder: Path | None
+    tables: dict[str, Any] = field(default_factory=dict)  # CSV stem -> DataFrame, in the order written
+    summary: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def table(self) -> Any:
+        return next(iter(self.tables.values()), None)
+
+    def __getattr__(self, name: str) -> Any:
+        tables = self.__dict__.get("tables") or {}
+        if name in tables:
+            return tables[name]
+        raise AttributeError(name)
+
+
+def write_run(folder: Path, command: str, *, tables: dict[str, Any], figures: dict[str, Any], summary: dict,
+              config: Any, started: str, seconds: float, facts: dict, formats: tuple[str, ...] = ("png",),
+              manifest_extra: dict | None = None, warnings: list[str] | None = None) -> RunResult:
+    """Write each table as <stem>.csv, each figure as <stem>.<format>, then summary.json and manifest.json last
+    (a folder with both is a finished run). Every file is written atomically."""
+    for stem, frame in tables.items():
+        write_csv(folder / f"{stem}.csv", frame)
+    for stem, figure in figures.items():
+        save_figure(folder / stem, figure, formats)
+    write_json(folder / "summary.json", summary)
+    write_json(folder / "manifest.json", build_manifest(command, config.to_dict(), started, seconds, **facts,
+                                                        **(manifest_extra or {})))
+    return RunResult(folder, dict(tables), summary, list(warnings if warnings is not None else summary.get("warnings", [])))
