@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 

@@ -13,6 +13,8 @@ import pytest
 from layerprobe.commands.angular import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
+pytestmark = pytest.mark.slow  # torchrun start-up: seconds per test
+
 
 def torchrun(args, tmp_path, procs=2):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",

@@ -16,6 +16,8 @@ from layerprobe.commands.gradnorm.measure import measure_gradients as measure
 from layerprobe.models.inhouse import ProbeLlamaForCausalLM, make_config
 from layerprobe.models.layers import find_blocks
 
+from .helpers import assert_error
+
 runner = CliRunner()
 
 
@@ -199,7 +201,7 @@ def test_build_allocates_once_in_the_asked_dtype():
 ])
 def test_gradnorm_bad_input(args, needle):
     result = runner.invoke(app, ["gradnorm", "--dataset", "builtin", *args])
-    assert result.exit_code == 2 and needle in " ".join(result.output.split()), result.output
+    assert_error(result, needle)
 
 
 @pytest.mark.parametrize("arch,extra,label", [("gpt2", [], "as-is"), ("bert", ["--reinit"], "reinit")])

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
 import pytest
-import torch
 import transformers
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
-from layerprobe.data.corpora import open_corpus
-from layerprobe.data.packing import batches
 from layerprobe.commands.prune.run import run_prune
 
-from .test_surgery import independent_pruned
+from .helpers import independent_pruned, reference_metric, assert_error
 
 runner = CliRunner()
 
@@ -26,32 +22,6 @@ def config(folder, tmp_path, task, **kw):
     data = DataOptions(kw.pop("dataset", "builtin"), "text", kw.pop("tokens", 256), kw.pop("seq_len", 32), 4)
     return PruneConfig(task=task, model=ModelOptions(str(folder), "float32", "cpu"), data=data,
                        out=str(tmp_path / kw.pop("name", "run")), **kw)
-
-
-def reference_metric(task, full, pruned, folder, tokens, seq_len, batch_size):
-    """Hand-rolled ppl / kl / drift over the same packed batches, float64."""
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    total, count = 0.0, 0
-    for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):
-        ids = batch.input_ids
-        with torch.no_grad():
-            a, b = full(input_ids=ids), pruned(input_ids=ids)
-        if task == "drift":
-            x, y = a.last_hidden_state.double(), b.last_hidden_state.double()
-            for vx, vy in zip(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])):
-                total += 1 - float(vx @ vy) / (float(vx.norm()) * float(vy.norm()))
-                count += 1
-            continue
-        p, q = a.logits.double().log_softmax(-1), b.logits.double().log_softmax(-1)
-        if task == "ppl":
-            for row in range(ids.shape[0]):
-                for t in range(ids.shape[1] - 1):
-                    total -= float(q[row, t, ids[row, t + 1]])
-                    count += 1
-        else:
-            total += float((p.exp() * (p - q)).sum())
-            count += ids.numel()
-    return math.exp(total / count) if task == "ppl" else total / count
 
 
 @pytest.mark.parametrize("arch,task", [("llama", "ppl"), ("qwen2", "kl"), ("gpt2", "ppl"), ("bert", "drift")])
@@ -133,15 +103,14 @@ def test_project_config_supplies_model_and_task(model_dirs, tmp_path, monkeypatc
 ])
 def test_bad_prune_input(args, needle, model_dirs, tmp_path):
     result = invoke("prune", model_dirs["bert"], "--dataset", "builtin", "--tokens", 64, "--out", tmp_path / "x", *args)
-    assert result.exit_code == 2, result.output
-    assert needle in " ".join(result.output.split()) and "Traceback" not in result.output
+    assert_error(result, needle)
 
 
 def test_resume_without_run_and_bad_toml(model_dirs, tmp_path, monkeypatch):
     result = invoke("prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--out", tmp_path / "none",
                     "--resume")
-    assert result.exit_code == 2 and "does not exist" in result.output
+    assert_error(result, "does not exist")
     (tmp_path / "layerprobe.toml").write_text("modle = 'x'\n")
     monkeypatch.chdir(tmp_path)
     result = invoke("prune", "--task", "ppl")
-    assert result.exit_code == 2 and "Did you mean: model" in result.output
+    assert_error(result, "Did you mean: model")

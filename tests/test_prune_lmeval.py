@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli import app
 
-from .test_surgery import independent_pruned
+from .helpers import independent_pruned, assert_error
 
 QUESTIONS = [
     ("The sky on a clear day is", ["blue", "green", "loud"], 0),
@@ -66,7 +66,7 @@ def hand_accuracy(model, tok):
 
 @pytest.mark.parametrize("split", [False, True])
 def test_lmeval_sweep_matches_hand_scoring(split, model_dirs, task_dir, tmp_path):
-    from .test_device_map import SPLIT
+    from .helpers import SPLIT
 
     folder = model_dirs["llama"]
     out = tmp_path / "run"
@@ -90,20 +90,20 @@ def test_lmeval_sweep_matches_hand_scoring(split, model_dirs, task_dir, tmp_path
     assert (out / "prune.png").is_file()
 
 
+@pytest.mark.slow  # lm-eval indexes every task it ships (~17 s)
 def test_unknown_task_suggests(model_dirs, task_dir, tmp_path):
     result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "tiny_mx", "--include-path",
                                       str(task_dir), "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2
-    assert "Did you mean: tiny_mc" in result.output
+    assert_error(result, "Did you mean: tiny_mc")
 
 
 def test_missing_include_path_and_encoder(model_dirs, task_dir, tmp_path):
     result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "tiny_mc", "--include-path",
                                       str(tmp_path / "nowhere")])
-    assert result.exit_code == 2 and "does not exist" in result.output
+    assert_error(result, "does not exist")
     result = CliRunner().invoke(app, ["prune", str(model_dirs["bert"]), "--task", "tiny_mc", "--include-path",
                                       str(task_dir), "--out", str(tmp_path / "y")])
-    assert result.exit_code == 2 and "encoder" in result.output
+    assert_error(result, "encoder")
 
 
 FEWSHOT = [
@@ -200,7 +200,7 @@ def test_shared_and_plain_sweeps_agree_from_the_cli(model_dirs, fewshot_dir, tmp
         np.testing.assert_allclose(a[["baseline", "pruned", "delta"]], runs[other][["baseline", "pruned", "delta"]],
                                    atol=1e-12)
     bad = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--max-memory", "lots"])
-    assert bad.exit_code == 2 and "--max-memory 'lots'" in bad.output
+    assert_error(bad, "--max-memory 'lots'")
 
 
 def test_fewshot_contexts_repeat_across_evaluations(model_dirs, fewshot_dir):

@@ -20,6 +20,8 @@ from layerprobe.cli import app
 from layerprobe.report.findings import findings, spans
 from layerprobe.runs.read import Run
 
+from .helpers import assert_error
+
 runner = CliRunner()
 REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "demo"
 
@@ -41,6 +43,7 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_demo_writes_three_runs_and_a_report(demo):
     for name, files in {"angular": ["angular.csv", "layers.csv", "heatmap.png"], "prune-drift": ["prune.csv", "prune.png"],
                         "gradnorm": ["gradnorm.csv", "variance.csv", "gradnorm.png"]}.items():
@@ -49,6 +52,7 @@ def test_demo_writes_three_runs_and_a_report(demo):
     assert (demo / "report.html").is_file() and (demo / "report.md").is_file()
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_fresh_quick_demo_matches_the_committed_reference(demo):
     """The committed reports/demo is the baseline; a smaller fresh run must agree within loose tolerances."""
     assert (REFERENCE / "angular" / "summary.json").is_file(), "reports/demo is committed as the reference"
@@ -68,6 +72,7 @@ class Images(HTMLParser):
             self.sources.append(dict(attrs)["src"])
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_html_report_is_self_contained_and_every_image_loads(demo):
     page = (demo / "report.html").read_text(encoding="utf-8")
     parser = Images()
@@ -84,6 +89,7 @@ def test_html_report_is_self_contained_and_every_image_loads(demo):
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+@pytest.mark.slow  # the quick demo fixture
 def test_report_renders_in_headless_chromium(demo, tmp_path):
     shot = tmp_path / "shot.png"
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
@@ -94,6 +100,7 @@ def test_report_renders_in_headless_chromium(demo, tmp_path):
     assert len(colors) > 200  # text and plots drawn, not an empty page
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_compare_names_the_offending_layer(demo, tmp_path):
     new = copy(demo / "angular", tmp_path / "new")
     table = pd.read_csv(new / "angular.csv")
@@ -113,6 +120,7 @@ def test_compare_names_the_offending_layer(demo, tmp_path):
     assert "FAIL angular d(l,n) l=2 n=1" in text and "REGRESSION: 1 of 21" in text
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_compare_prune_direction_and_formats(demo, tmp_path):
     new = copy(demo / "prune-drift", tmp_path / "new")
     table = pd.read_csv(new / "prune.csv")
@@ -130,6 +138,7 @@ def test_compare_prune_direction_and_formats(demo, tmp_path):
     assert (tmp_path / "s.md").read_text().startswith("### layerprobe compare :x:")
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
     new = copy(demo / "gradnorm", tmp_path / "new")
     table = pd.read_csv(new / "gradnorm.csv")
@@ -141,6 +150,7 @@ def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
     assert invoke("compare", demo / "gradnorm", new, "--tolerance", "gradnorm=0.35").exit_code == 0
 
 
+@pytest.mark.slow  # the quick demo fixture
 def test_compare_and_report_unusable_input(demo, tmp_path):
     cases = []
     cases.append((["compare", demo / "angular", demo / "gradnorm"], "cannot compare a angular run with a gradnorm"))
@@ -164,8 +174,7 @@ def test_compare_and_report_unusable_input(demo, tmp_path):
     cases.append((["compare", demo, demo / "angular"], "different runs"))
     for args, needle in cases:
         result = invoke(*args)
-        assert result.exit_code == 2, (args, result.output)
-        assert needle in " ".join(result.output.split()) and "Traceback" not in result.output, result.output
+        assert_error(result, needle)
 
 
 def test_spans_and_findings_by_hand(tmp_path):
@@ -180,3 +189,27 @@ def test_spans_and_findings_by_hand(tmp_path):
     assert "layer 7 (0.040)" in lines[1] and "layer 0 (0.400)" in lines[1]
     assert "Pre-LN signature" in lines[2]
     assert "layers 5-6" in lines[3]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_compare_fails_on_non_finite_numbers_in_every_format(value, model_dirs, corpus_file, tmp_path):
+    """NaN compares false with everything: a check that only asks `abs(delta) > limit` would pass it."""
+    import shutil
+
+    import pandas as pd
+
+    from layerprobe.commands.angular import run_angular
+    from layerprobe.config import AngularConfig, DataOptions, ModelOptions
+
+    run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                                    data=DataOptions(str(corpus_file), "text", 256, 32, 2), out=str(tmp_path / "old")))
+    shutil.copytree(run.folder, tmp_path / "new")
+    table = pd.read_csv(tmp_path / "new" / "angular.csv")
+    table.loc[(table["layer"] == 2) & (table["n"] == 1), "distance"] = float(value)
+    table.to_csv(tmp_path / "new" / "angular.csv", index=False)
+    for fmt in ("text", "markdown", "json", "junit"):
+        result = invoke("compare", tmp_path / "old", tmp_path / "new", "--format", fmt, "--tolerance", "angular=1")
+        assert result.exit_code == 1, (fmt, result.output)
+        assert "l=2 n=1" in result.output, (fmt, result.output)
+    both = invoke("compare", tmp_path / "new", tmp_path / "new")  # non-finite on both sides is no pass either
+    assert both.exit_code == 1 and "l=2 n=1" in both.output, both.output

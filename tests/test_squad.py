@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from layerprobe.cli import app
 from layerprobe.errors import DatasetError
 from layerprobe.evaluation.squad import best_span, exact_match, f1_score, load_questions, normalize_answer
-from .test_surgery import independent_pruned
+from .helpers import independent_pruned
 
 runner = CliRunner()
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
@@ -12,31 +11,9 @@ from layerprobe.models.layers import find_blocks, layer_index_owners
 from layerprobe.models.load import load_model
 from layerprobe.models.surgery import removed_layers
 
+from .helpers import independent_pruned
+
 HEAD = {"llama": "causal-lm", "qwen2": "causal-lm", "gpt2": "causal-lm", "bert": "masked-lm"}
-
-
-def independent_pruned(folder, head_cls, drop):
-    """A fresh model with num_hidden_layers = L - len(drop), weights copied by renumbered keys."""
-    full = head_cls.from_pretrained(folder).eval()
-    stack = find_blocks(full).path
-    config = full.config.__class__.from_dict(full.config.to_dict())
-    keep = [i for i in range(config.num_hidden_layers) if i not in drop]
-    config.num_hidden_layers = len(keep)
-    if getattr(config, "layer_types", None) is not None:
-        config.layer_types = [full.config.layer_types[i] for i in keep]
-    small = head_cls.from_config(config) if hasattr(head_cls, "from_config") else head_cls(config)
-    pattern = re.compile(rf"^{re.escape(stack)}\.(\d+)\.")
-    state = {}
-    for key, value in full.state_dict().items():
-        match = pattern.match(key)
-        if match:
-            old = int(match.group(1))
-            if old in drop:
-                continue
-            key = pattern.sub(f"{stack}.{keep.index(old)}.", key)
-        state[key] = value
-    small.load_state_dict(state, strict=True)
-    return small.eval()
 
 
 def logits(model, ids):

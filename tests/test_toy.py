@@ -17,6 +17,8 @@ from layerprobe.commands.toy import ToyModel, measure_toy as measure
 from layerprobe.config import ToyConfig
 from layerprobe.metrics.stats import power_law
 
+from .helpers import assert_error
+
 runner = CliRunner()
 
 
@@ -123,4 +125,4 @@ def test_toy_cli_reproduces_the_pre_ln_random_walk(tmp_path):
 ])
 def test_toy_bad_input(args, needle, tmp_path):
     result = runner.invoke(app, ["toy", *args, "--out", str(tmp_path / "t")])
-    assert result.exit_code == 2 and needle in result.output and "Traceback" not in result.output, result.output
+    assert_error(result, needle)

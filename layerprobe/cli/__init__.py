@@ -21,6 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: "[tool.layerprobe]" and "layerprobe[eval]" print as written
 )
 app.command()(angular)
 app.command()(prune)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from layerprobe.errors import LayerprobeError
@@ -23,7 +24,7 @@ EXIT_USAGE = 2
 
 def fail(message: str) -> typer.Exit:
     if os.environ.get("RANK", "0") == "0":  # distributed runs: rank 0 says it, every rank exits non-zero
-        console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+        console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     else:
         import time
 
@@ -66,7 +67,7 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
 
 def show_warnings(warnings: list[str]) -> None:
     for warning in warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
 
 
 def parse_formats(value: str) -> tuple[str, ...]:

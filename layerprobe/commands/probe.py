@@ -7,7 +7,7 @@ from typing import Any
 
 from layerprobe.config import DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
-from layerprobe.data.packing import check_sizes, max_sequence_length
+from layerprobe.data.packing import check_sizes, sequence_limit
 from layerprobe.models.layers import BlockStack, find_blocks
 from layerprobe.models.load import LoadedModel, load_model, locate
 from layerprobe.runs.manifest import weights_fingerprint
@@ -62,8 +62,8 @@ def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_
     stack = find_blocks(loaded.model, model.layers_path)
     warnings = []
     seq_len = data.seq_len
-    limit = max_sequence_length(loaded.model, loaded.tokenizer)
-    if need_corpus and limit is not None and seq_len > limit:
-        warnings.append(f"--seq-len {seq_len} exceeds the model's maximum; using {limit}.")
-        seq_len = limit
+    limit = sequence_limit(loaded.model, loaded.tokenizer)
+    if need_corpus and limit is not None and seq_len > limit[0]:
+        warnings.append(f"--seq-len {seq_len} exceeds {limit[1]}; using {limit[0]}.")
+        seq_len = limit[0]
     return Probe(loaded, stack, corpus, seq_len, warnings)

@@ -45,15 +45,26 @@ def document_separator(tokenizer: Any) -> list[int]:
     return []
 
 
-def max_sequence_length(model: Any, tokenizer: Any) -> int | None:
-    """The longest sequence the model takes (position table size, tokenizer limit)."""
+def sequence_limit(model: Any, tokenizer: Any) -> tuple[int, str] | None:
+    """(the longest sequence the model takes, which limit that is): the model's position table where its config
+    has one (a tokenizer saved with another model may say less), else the tokenizer's model_max_length."""
     from layerprobe.models.layers import text_config
 
     config = text_config(model)
-    limits = [getattr(config, name, None) for name in ("max_position_embeddings", "n_positions", "max_sequence_length")]
-    limits.append(getattr(tokenizer, "model_max_length", None))
-    usable = [int(x) for x in limits if isinstance(x, int) and 0 < x < UNBOUNDED]
-    return min(usable) if usable else None
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and 0 < value < UNBOUNDED:
+            return value, f"the model's {value} positions ({name})"
+    value = getattr(tokenizer, "model_max_length", None)
+    if isinstance(value, int) and 0 < value < UNBOUNDED:
+        return value, f"the tokenizer's model_max_length {value}"
+    return None
+
+
+def max_sequence_length(model: Any, tokenizer: Any) -> int | None:
+    """The longest sequence the model takes (see sequence_limit)."""
+    limit = sequence_limit(model, tokenizer)
+    return limit[0] if limit else None
 
 
 def check_sizes(tokens: int, seq_len: int, batch_size: int) -> None:

@@ -165,6 +165,7 @@ def load_model(
         placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
     model, info = _load_weights(spec, where, head, config, dtype, placement, common, device_map, offload)
     tokenizer = _load_tokenizer(spec, where, common)
+    check_token_ids(model, tokenizer, spec)
     if placement:
         _refuse_spill(spec, model, placement, device_map, offload)
         device = input_device(model)
@@ -219,6 +220,22 @@ def _load_tokenizer(spec: str, where: str, common: dict) -> Any:
             f"Could not load a tokenizer for '{spec}': {first_line(exc)}. Save one next to the weights "
             "(tokenizer.save_pretrained(folder))."
         ) from None
+
+
+def check_token_ids(model: Any, tokenizer: Any, spec: str) -> None:
+    """Every id the tokenizer can produce (its special tokens first) must index the input embeddings: else the
+    first forward ends in an IndexError deep inside torch. Checked before any forward."""
+    embeddings = model.get_input_embeddings()
+    rows = getattr(embeddings, "num_embeddings", None) or getattr(embeddings, "weight").shape[0]
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "unk_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int) and value >= rows:
+            raise ModelLoadError(f"The tokenizer of '{spec}' has {name} = {value}, outside the model's {rows} input "
+                                 "embeddings: save the tokenizer the model was trained with next to its weights.")
+    if len(tokenizer) > rows:
+        raise ModelLoadError(f"The tokenizer of '{spec}' has {len(tokenizer)} token ids (up to {len(tokenizer) - 1}) "
+                             f"but the model has {rows} input embeddings: save the tokenizer the model was trained "
+                             "with next to its weights.")
 
 
 def _refuse_spill(spec: str, model: Any, placement: dict, device_map: str | None, offload: str) -> None:

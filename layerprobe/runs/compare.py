@@ -55,6 +55,12 @@ class Comparison:
         return 1 if self.failures else 0
 
 
+def outside(old: float, new: float, delta: float, limit: float) -> bool:
+    """A check fails when |delta| exceeds its limit, or when either side is NaN or infinite (a NaN compares
+    false with everything, so `abs(delta) > limit` alone would pass it)."""
+    return not (math.isfinite(old) and math.isfinite(new)) or abs(delta) > limit
+
+
 def parse_tolerances(pairs: list[str] | None, project: dict | None = None) -> dict[str, float]:
     """Defaults, then the project's [tool.layerprobe.tolerance], then KEY=VALUE flags."""
     tolerance = dict(DEFAULT_TOLERANCE)
@@ -123,7 +129,7 @@ def compare_angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) 
         other = float(b[(layer, n)])
         delta = other - float(value)
         into.checks.append(Check(name, "angular d(l,n)", f"l={layer} n={n}", float(value), other, delta,
-                                 tol["angular"], abs(delta) > tol["angular"]))
+                                 tol["angular"], outside(float(value), other, delta, tol["angular"])))
 
 
 def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
@@ -143,12 +149,12 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         limit = tol["prune"] * max(abs(base_old), float(pa["delta"].abs().max()), 1e-12)
         worse = (base_old - base_new) if higher else (base_new - base_old)
         into.checks.append(Check(name, f"baseline {metric}", "unpruned", base_old, base_new, base_new - base_old,
-                                 limit, worse > limit))
+                                 limit, outside(base_old, base_new, max(worse, 0.0), limit)))
         for removed, row in pa.iterrows():
             other = float(pb.loc[removed, "delta"])
             delta = other - float(row["delta"])
             into.checks.append(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other, delta,
-                                     limit, abs(delta) > limit))
+                                     limit, outside(float(row["delta"]), other, delta, limit)))
 
 
 def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
@@ -172,7 +178,7 @@ def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str)
 
 def _relative(into: Comparison, name: str, metric: str, where: str, old: float, new: float, tol: float) -> None:
     limit = tol * abs(old)
-    into.checks.append(Check(name, metric, where, old, new, new - old, limit, abs(new - old) > limit))
+    into.checks.append(Check(name, metric, where, old, new, new - old, limit, outside(old, new, new - old, limit)))
 
 
 def _same_keys(a: Any, b: Any, what: str) -> None:

@@ -1,0 +1,78 @@
+"""Helpers several test files use: independent references (a pruned copy built by hand, hand-rolled metrics), the
+split device map, and the check that a CLI error is layerprobe's own one line."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import torch
+import transformers
+
+from layerprobe.data.corpora import open_corpus
+from layerprobe.data.packing import batches
+from layerprobe.models.layers import find_blocks
+
+SPLIT = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk",
+         "model.layers.3": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+
+
+def independent_pruned(folder, head_cls, drop):
+    """A fresh model with num_hidden_layers = L - len(drop), weights copied by renumbered keys."""
+    full = head_cls.from_pretrained(folder).eval()
+    stack = find_blocks(full).path
+    config = full.config.__class__.from_dict(full.config.to_dict())
+    keep = [i for i in range(config.num_hidden_layers) if i not in drop]
+    config.num_hidden_layers = len(keep)
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = [full.config.layer_types[i] for i in keep]
+    small = head_cls.from_config(config) if hasattr(head_cls, "from_config") else head_cls(config)
+    pattern = re.compile(rf"^{re.escape(stack)}\.(\d+)\.")
+    state = {}
+    for key, value in full.state_dict().items():
+        match = pattern.match(key)
+        if match:
+            old = int(match.group(1))
+            if old in drop:
+                continue
+            key = pattern.sub(f"{stack}.{keep.index(old)}.", key)
+        state[key] = value
+    small.load_state_dict(state, strict=True)
+    return small.eval()
+
+
+def reference_metric(task, full, pruned, folder, tokens, seq_len, batch_size):
+    """Hand-rolled ppl / kl / drift over the same packed batches, float64."""
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    total, count = 0.0, 0
+    for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):
+        ids = batch.input_ids
+        with torch.no_grad():
+            a, b = full(input_ids=ids), pruned(input_ids=ids)
+        if task == "drift":
+            x, y = a.last_hidden_state.double(), b.last_hidden_state.double()
+            for vx, vy in zip(x.reshape(-1, x.shape[-1]), y.reshape(-1, y.shape[-1])):
+                total += 1 - float(vx @ vy) / (float(vx.norm()) * float(vy.norm()))
+                count += 1
+            continue
+        p, q = a.logits.double().log_softmax(-1), b.logits.double().log_softmax(-1)
+        if task == "ppl":
+            for row in range(ids.shape[0]):
+                for t in range(ids.shape[1] - 1):
+                    total -= float(q[row, t, ids[row, t + 1]])
+                    count += 1
+        else:
+            total += float((p.exp() * (p - q)).sum())
+            count += ids.numel()
+    return math.exp(total / count) if task == "ppl" else total / count
+
+
+def assert_error(result, needle: str) -> None:
+    """A bad input ends in layerprobe's own one-line error naming the problem: exit 2, 'error: ...' holding
+    `needle`, no traceback (a usage error from typer, which would also exit 2, does not pass)."""
+    text = result.output
+    assert result.exit_code == 2, text
+    assert "Traceback" not in text, text
+    lines = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, text
+    assert needle in " ".join(lines[0].split()), text
