@@ -27,6 +27,14 @@ class BlockCall:
         return block_hidden(block(hidden, *self.args, **self.kwargs))
 
 
+def replay_from(blocks: list, calls: list, hidden: Any, start: int) -> Any:
+    """Run blocks[start:] on `hidden`, each with the arguments its recorded call had: the state after the last
+    block of a model whose blocks before `start` produced `hidden` (shared-prefix pruning)."""
+    for j in range(start, len(blocks)):
+        hidden = calls[j].run(blocks[j], hidden)
+    return hidden
+
+
 @dataclass
 class BlockCapture:
     """Context manager: states[l] = input of block l, states[L] = output of the last block.

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from layerprobe.errors import ConfigError, DatasetError
 
-log = logging.getLogger(__name__)
 
 DOCS_PER_CALL = 64  # documents handed to the (fast) tokenizer at once
 UNBOUNDED = 1_000_000  # tokenizers report huge model_max_length when they have none

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,6 @@ from typing import Any
 
 from layerprobe.errors import ConfigError, TaskError
 
-log = logging.getLogger(__name__)
 
 SEED = 1234  # lm-eval's default seeds, recorded in the summary
 FEWSHOT_SEED = 1234

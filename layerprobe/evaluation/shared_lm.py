@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - older lm-eval
 
 from layerprobe.evaluation.taskfree import tail_only
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture
+from layerprobe.hooks import BlockCapture, replay_from
 from layerprobe.models.layers import BlockStack
 
 log = logging.getLogger(__name__)
@@ -167,9 +167,8 @@ class SharedPrefixLM(HFLM):
         with torch.no_grad(), tail_only(self.model, self.stack) as replay:
             replay.as_tuple = as_tuple
             for variant in self.variants:
-                hidden = states[variant.start]  # (batch, width, d): the same with or without the variant's layers
-                for j in range(variant.start + variant.block, len(blocks)):
-                    hidden = calls[j].run(blocks[j], hidden)
+                # (batch, width, d): the same with or without the variant's layers up to its first removed block
+                hidden = replay_from(blocks, calls, states[variant.start], variant.start + variant.block)
                 # (positions, 1, d): one position per row, so absolute position tables never run out
                 replay.value = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index).unsqueeze(1)
                 tail = self.model(dummy).logits[:, 0]  # (positions, vocab): final norm and head, positions only

@@ -10,7 +10,6 @@ a/an/the, collapse whitespace; best over the gold answers; averaged over questio
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import re
@@ -23,7 +22,6 @@ from typing import Any
 from layerprobe.config import SQUAD_DATASET
 from layerprobe.errors import DatasetError, TaskError
 
-log = logging.getLogger(__name__)
 
 HUB_DATASET = SQUAD_DATASET
 MAX_LENGTH = 384  # tokens per window

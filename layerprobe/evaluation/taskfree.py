@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture
+from layerprobe.hooks import BlockCapture, replay_from
 from layerprobe.models.layers import BlockStack
 from layerprobe.models.surgery import removed_layers
 
@@ -109,10 +109,8 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
     with tail_only(model, stack) as replay:
         replay.as_tuple = as_tuple
         for variant in variants:
-            hidden = states[variant.start]  # (batch, seq, d): identical in original and variant up to here
-            for j in range(variant.start + variant.block, len(blocks)):
-                hidden = calls[j].run(blocks[j], hidden)
-            replay.value = hidden
+            # (batch, seq, d): identical in original and variant up to the variant's first removed block
+            replay.value = replay_from(blocks, calls, states[variant.start], variant.start + variant.block)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
             sums.add(variant.label, metric_sum(metric, original, pruned, ids))
         replay.value = None
