@@ -37,7 +37,7 @@ SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str = "minilm"  # hub id, local folder, or 'minilm' (the embedded all-MiniLM-L6-v2)
+    model: str = "minilm"  # hub id, local folder, .gguf file, or 'minilm' / 'smollm2' (embedded models)
     dtype: str = "auto"  # auto = float32 on CPU, bfloat16 on GPU
     device: str = "auto"  # auto, cpu, cuda, cuda:N
     revision: str | None = None  # hub branch, tag or commit
@@ -45,6 +45,8 @@ class ModelOptions:
     layers_path: str | None = None  # dotted path of the block ModuleList, overriding discovery
     device_map: str | None = None  # accelerate placement over GPUs: auto, balanced, sequential, or JSON module -> device
     offload: str = "none"  # with device_map: none (GPUs only), cpu (spill to RAM), disk:DIR (and to DIR)
+    gguf_file: str | None = None  # the .gguf file inside a folder or hub repo MODEL
+    cache: bool = True  # keep a GGUF's dequantized weights in the user's cache (off: convert on every load)
 
 
 @dataclass

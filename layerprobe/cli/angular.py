@@ -11,8 +11,8 @@ from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
 
 def angular(
-    model: str = typer.Argument(None, help="Hub id, local folder, or 'minilm' (embedded all-MiniLM-L6-v2, the "
-                                "default unless [tool.layerprobe] names one)."),
+    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' (embedded all-MiniLM-L6-v2, the "
+                                "default unless [tool.layerprobe] names one) or 'smollm2' (embedded SmolLM2-135M GGUF)."),
     dataset: str = typer.Option(None, "--dataset", help="c4 (hub, streamed; default), builtin (offline English), hub "
                                 "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder."),
     text_field: str = o.TextField,
@@ -27,6 +27,8 @@ def angular(
     layers_path: str = o.LayersPath,
     device_map: str = o.DeviceMap,
     offload: str = o.Offload,
+    gguf_file: str = o.GGUFFile,
+    cache: bool = o.Cache,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/angular)."),
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
@@ -41,7 +43,7 @@ def angular(
     config = AngularConfig(
         model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
                            pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
-                           device_map, offload),
+                           device_map, offload, gguf_file, cache),
         data=DataOptions(pick(dataset, project, "dataset", d.data.dataset), text_field,
                          pick(tokens, project, "tokens", d.data.tokens), pick(seq_len, project, "seq_len", d.data.seq_len),
                          pick(batch_size, project, "batch_size", d.data.batch_size)),

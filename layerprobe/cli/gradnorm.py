@@ -38,6 +38,8 @@ def gradnorm(
     layers_path: str = o.LayersPath,
     device_map: str = o.DeviceMap,
     offload: str = o.Offload,
+    gguf_file: str = o.GGUFFile,
+    cache: bool = o.Cache,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<arch or model>/gradnorm)."),
     overwrite: bool = o.Overwrite,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out: finished "
@@ -53,7 +55,7 @@ def gradnorm(
     dtype, device = pick(dtype, project, "dtype", d.dtype), pick(device, project, "device", d.device)
     config = GradnormConfig(
         model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path,
-                           device_map, offload) if model else None,
+                           device_map, offload, gguf_file, cache) if model else None,
         arch=arch,
         norms=tuple(n.strip() for n in norm.split(",") if n.strip()),
         alpha=alpha,

@@ -20,3 +20,7 @@ DeviceMap = typer.Option(None, "--device-map", help="Spread the model over the v
                          "balanced, sequential, or a JSON object/file of module name -> device (0, 'cpu', 'disk').")
 Offload = typer.Option("none", "--offload", help="With --device-map: none (GPUs only; too big is an error), cpu (spill "
                        "to RAM) or disk:FOLDER (and to FOLDER).")
+GGUFFile = typer.Option(None, "--gguf-file", help="The .gguf file inside MODEL (a folder or hub repo); MODEL may also "
+                        "be a .gguf file itself. Dequantized to --dtype.")
+Cache = typer.Option(True, "--cache/--no-cache", help="Keep a GGUF's dequantized weights in the user's cache "
+                     "($XDG_CACHE_HOME/layerprobe): later loads take seconds.")

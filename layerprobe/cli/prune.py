@@ -11,7 +11,7 @@ from layerprobe.config import SQUAD_DATASET, DataOptions, ModelOptions, PruneCon
 
 
 def prune(
-    model: str = typer.Argument(None, help="Hub id, local folder, or 'minilm'; default from [tool.layerprobe]."),
+    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' or 'smollm2' (embedded); default from [tool.layerprobe]."),
     task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
     include_path: str = typer.Option(None, "--include-path", help="Folder of local lm-eval task YAML files."),
     num_fewshot: int = typer.Option(None, "--num-fewshot", help="lm-eval few-shot examples (task default if unset)."),
@@ -40,6 +40,8 @@ def prune(
     layers_path: str = o.LayersPath,
     device_map: str = o.DeviceMap,
     offload: str = o.Offload,
+    gguf_file: str = o.GGUFFile,
+    cache: bool = o.Cache,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>)."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
     overwrite: bool = o.Overwrite,
@@ -60,7 +62,7 @@ def prune(
         task=task,
         model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
                            pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
-                           device_map, offload),
+                           device_map, offload, gguf_file, cache),
         data=DataOptions(dataset or (SQUAD_DATASET if task == "squad" else pick(None, project, "dataset", d.data.dataset)),
                          text_field, pick(tokens, project, "tokens", d.data.tokens),
                          pick(seq_len, project, "seq_len", d.data.seq_len),

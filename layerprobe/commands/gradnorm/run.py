@@ -72,7 +72,7 @@ def _validate(config: GradnormConfig) -> list[int]:
     if config.train.steps and (config.train.lr <= 0 or config.train.warmup < 0 or config.train.clip < 0):
         raise ConfigError("--lr must be positive and --warmup, --clip 0 or more.")
     if config.model is not None:
-        locate(config.model.model)  # a missing or broken folder is named before any dataset problem
+        locate(config.model.model, config.model.gguf_file)  # a missing or broken model before any dataset problem
     return steps
 
 
@@ -105,10 +105,11 @@ def _inhouse(config: GradnormConfig, world: World) -> Subjects:
 def _checkpoint(config: GradnormConfig, world: World) -> Subjects:
     opts = config.model
     # Encoders get a masked-LM loss, decoders a causal one: decided from the config, loaded once.
-    encoder = peek_model_type(opts.model, opts.revision, opts.trust_remote_code) in ENCODER_MODEL_TYPES
+    encoder = peek_model_type(opts.model, opts.revision, opts.trust_remote_code, opts.gguf_file) in ENCODER_MODEL_TYPES
     loaded = load_model(opts.model, head="masked-lm" if encoder else "causal-lm", dtype=config.dtype,
                         device=world.device(opts.device), revision=opts.revision,
-                        trust_remote_code=opts.trust_remote_code, device_map=opts.device_map, offload=opts.offload)
+                        trust_remote_code=opts.trust_remote_code, device_map=opts.device_map, offload=opts.offload,
+                        gguf_file=opts.gguf_file, cache=opts.cache, allow_missing=config.reinit)
     if loaded.new_head and not config.reinit:
         raise ModelLoadError(
             f"'{loaded.spec}' has no trained {'masked' if encoder else 'causal'}-LM head "

