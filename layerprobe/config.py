@@ -84,6 +84,7 @@ class PruneConfig:
     model: ModelOptions = field(default_factory=ModelOptions)
     data: DataOptions = field(default_factory=lambda: DataOptions(tokens=65536))  # probe corpus of ppl/kl/drift
     include_path: str | None = None  # folder of local lm-eval task YAML files
+    mmlu_data: str | None = None  # --task mmlu*: a local MMLU JSON-lines file scored by lm-eval's own MMLU tasks
     num_fewshot: int | None = None  # lm-eval few-shot examples (task default when None)
     limit: float | None = None  # lm-eval: first N documents per task (fraction when < 1)
     layers: str | None = None  # restrict variants to these start layers, e.g. "0,3,8-11"

@@ -19,12 +19,13 @@ from layerprobe.metrics.angular import AngularAccumulator
 from .conftest import FINAL_NORM
 
 
-def naive_reference(folder, final_norm, corpus, tokens, seq_len, batch_size, last_only=False):
-    """Block inputs from HF's own output_hidden_states (final norm replaced by identity), naive loops."""
-    model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float32).eval()
+def naive_reference(folder, final_norm, corpus, tokens, seq_len, batch_size, last_only=False, **load):
+    """Block inputs from HF's own output_hidden_states (final norm replaced by identity), naive loops.
+    `load`: more from_pretrained keywords (gguf_file=...)."""
+    model = transformers.AutoModel.from_pretrained(folder, dtype=torch.float32, **load).eval()
     if final_norm:
         setattr(model, final_norm, torch.nn.Identity())
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    tok = transformers.AutoTokenizer.from_pretrained(folder, **load)
     vectors = []  # per token: (K, d) float64
     for batch in batches(open_corpus(corpus).texts(), tok, seq_len, batch_size, tokens):
         with torch.no_grad():

@@ -46,6 +46,8 @@ def invoke(*args):
 @pytest.mark.slow  # the quick demo fixture
 def test_demo_writes_three_runs_and_a_report(demo):
     for name, files in {"angular": ["angular.csv", "layers.csv", "heatmap.png"], "prune-drift": ["prune.csv", "prune.png"],
+                        "smollm2-angular": ["angular.csv", "layers.csv", "heatmap.png"],
+                        "smollm2-prune-kl": ["prune.csv", "prune.png"], "smollm2-prune-ppl": ["prune.csv", "prune.png"],
                         "gradnorm": ["gradnorm.csv", "variance.csv", "gradnorm.png"]}.items():
         for file in files + ["summary.json", "manifest.json"]:
             assert (demo / name / file).is_file(), (name, file)

@@ -55,6 +55,7 @@ def quiet_libraries() -> None:
     import sys
 
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    os.environ.setdefault("TQDM_DISABLE", "1")  # lm-eval's and the GGUF reader's own bars
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
 

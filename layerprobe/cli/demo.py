@@ -12,14 +12,15 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
 ) -> None:
-    """MiniLM angular + pruning sweep (drift), llama-71m gradnorm for pre/post/mix/lns, one HTML report."""
+    """Post-LN MiniLM and Pre-LN SmolLM2 (real weights): angular + pruning sweeps; llama-71m gradnorm for
+    pre/post/mix/lns; one HTML report."""
     from layerprobe.commands.demo import run_demo
     from layerprobe.report.findings import findings
     from layerprobe.runs.read import load_run
 
     with progress_bar() as progress:
         result = call(run_demo, out_dir, quick, overwrite, progress)
-    for part in (result.angular, result.prune, result.gradnorm):
+    for part in result.runs:
         show_warnings(part.warnings)
         run = call(load_run, part.folder)
         out.print(f"[bold]{run.command}[/bold] ({run.label})")

@@ -14,6 +14,8 @@ def prune(
     model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' or 'smollm2' (embedded); default from [tool.layerprobe]."),
     task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
     include_path: str = typer.Option(None, "--include-path", help="Folder of local lm-eval task YAML files."),
+    mmlu_data: str = typer.Option(None, "--mmlu-data", help="--task mmlu (or a subject or category): read MMLU "
+                                  "from this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline)."),
     num_fewshot: int = typer.Option(None, "--num-fewshot", help="lm-eval few-shot examples (task default if unset)."),
     limit: float = typer.Option(None, "--limit", help="lm-eval/squad: first N documents or questions (a fraction if < 1)."),
     layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
@@ -68,6 +70,7 @@ def prune(
                          pick(seq_len, project, "seq_len", d.data.seq_len),
                          pick(batch_size, project, "batch_size", d.data.batch_size)),
         include_path=pick(include_path, project, "include_path", d.include_path),
+        mmlu_data=mmlu_data,
         num_fewshot=pick(num_fewshot, project, "num_fewshot", d.num_fewshot),
         limit=pick(limit, project, "limit", d.limit),
         layers=pick(layers, project, "layers", d.layers),

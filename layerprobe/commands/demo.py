@@ -1,7 +1,8 @@
-"""run_demo(out): the three measurements on embedded defaults, offline, and the report that reads them.
+"""run_demo(out): the measurements on embedded defaults, offline, and the report that reads them.
 
-- angular on the embedded MiniLM (BERT, Post-LN, real weights) over Python's own docs;
-- a task-free pruning sweep on it (drift: 1 - cos of the final hidden state), with the angular correlation;
+- angular on the embedded MiniLM (BERT, Post-LN, real weights) over Python's own docs, and a task-free pruning
+  sweep on it (drift: 1 - cos of the final hidden state), with the angular correlation;
+- the same on the embedded SmolLM2-135M (LLaMA, Pre-LN, real GGUF weights), with ppl and kl sweeps;
 - gradnorm at initialization on in-house llama-71m models, one per placement (pre, post, mix, lns).
 """
 
@@ -18,45 +19,69 @@ from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
 from layerprobe.runs.folder import prepare_run_dir
 
-# (angular tokens, prune tokens, gradnorm arch, seeds, batches): the reference demo and its quick twin.
-# The quick twin keeps the layer counts, sequence shapes and first seed/batch, so `compare` can judge it
-# against the committed reference with loose tolerances.
-FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "arch": "llama-71m", "seeds": 2, "batches": 2}
-QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "arch": "llama-71m", "seeds": 1, "batches": 1}
+# Token counts of the reference demo and its quick twin. The quick twin keeps the layer counts, sequence shapes
+# and first seed/batch, so `compare` can judge it against the committed reference with loose tolerances.
+# SmolLM2 is 30 layers with a 49,152-word head on 2 CPU cores: its sweeps score each of 30 variants' logits,
+# so they get fewer tokens (README: "What the demo shows" gives the noise at these counts).
+FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "smollm2_angular_tokens": 8192, "smollm2_prune_tokens": 512,
+        "arch": "llama-71m", "seeds": 2, "batches": 2}
+QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 2048, "smollm2_prune_tokens": 256,
+         "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
+SMOLLM2_BATCH = 2  # sequences of 256 tokens per forward: the sweeps' stored block inputs stay small
 
 
 @dataclass
 class DemoRun:
     folder: Path
     report: Path
-    angular: object
-    prune: object
-    gradnorm: object
+    runs: list  # RunResult of each measurement, in the order run
+
+
+def _minilm(folder: Path, size: dict, stage) -> list:
+    """The Post-LN half: the packaged all-MiniLM-L6-v2 (BERT), angular and a drift sweep."""
+    model = ModelOptions("minilm", "float32", "cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["angular_tokens"],
+                                                                       SEQ_LEN, BATCH),
+                                        out=str(folder / "angular"), overwrite=True), stage("angular (MiniLM)"))
+    prune = run_prune(PruneConfig(task="drift", model=model,
+                                  data=DataOptions("builtin", "text", size["prune_tokens"], SEQ_LEN, BATCH),
+                                  angular=str(angular.folder), out=str(folder / "prune-drift"), overwrite=True),
+                      stage("prune drift (MiniLM)"))
+    return [angular, prune]
+
+
+def _smollm2(folder: Path, size: dict, stage) -> list:
+    """The Pre-LN half: SmolLM2-135M (LLaMA architecture, real GGUF weights), angular and ppl / kl sweeps."""
+    model = ModelOptions("smollm2", "float32", "cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["smollm2_angular_tokens"],
+                                                                       SEQ_LEN, BATCH),
+                                        out=str(folder / "smollm2-angular"), overwrite=True), stage("angular (SmolLM2)"))
+    runs = [angular]
+    for task in ("kl", "ppl"):
+        data = DataOptions("builtin", "text", size["smollm2_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+        runs.append(run_prune(PruneConfig(task=task, model=model, data=data, angular=str(angular.folder),
+                                          out=str(folder / f"smollm2-prune-{task}"), overwrite=True),
+                              stage(f"prune {task} (SmolLM2)")))
+    return runs
 
 
 def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = False,
              progress: Progress = silent) -> DemoRun:
-    """Run angular, prune (drift) and gradnorm on embedded defaults, then write report.html/.md in `out`
-    (or a timestamped sibling when `out` exists and overwrite is off)."""
+    """Both halves of the argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN: angular and task-free sweeps)
+    and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
+    exists and overwrite is off)."""
     size = QUICK if quick else FULL
     folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo (the committed reference) is kept
-    overwrite = True  # the sub-runs live in the folder just chosen
-    model = ModelOptions("minilm", "float32", "cpu")
 
     def stage(name: str) -> Progress:
         return lambda _, done, total: progress(name, done, total)
 
-    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["angular_tokens"], SEQ_LEN, BATCH),
-                                        out=str(folder / "angular"), overwrite=overwrite), stage("angular (MiniLM)"))
-    prune = run_prune(PruneConfig(task="drift", model=model,
-                                  data=DataOptions("builtin", "text", size["prune_tokens"], SEQ_LEN, BATCH),
-                                  angular=str(angular.folder), out=str(folder / "prune-drift"), overwrite=overwrite),
-                      stage("prune drift (MiniLM)"))
-    gradnorm = run_gradnorm(GradnormConfig(arch=size["arch"], seeds=size["seeds"], batches=size["batches"],
-                                           device="cpu", dtype="float32",
-                                           data=DataOptions("builtin", "text", 0, GRAD_SEQ, GRAD_BATCH),
-                                           out=str(folder / "gradnorm"), overwrite=overwrite),
-                            stage(f"gradnorm ({size['arch']})"))
-    report = report_runs([str(angular.folder), str(prune.folder), str(gradnorm.folder)], str(folder))
-    return DemoRun(folder, report.html, angular, prune, gradnorm)
+    runs = _minilm(folder, size, stage) + _smollm2(folder, size, stage)
+    runs.append(run_gradnorm(GradnormConfig(arch=size["arch"], seeds=size["seeds"], batches=size["batches"],
+                                            device="cpu", dtype="float32",
+                                            data=DataOptions("builtin", "text", 0, GRAD_SEQ, GRAD_BATCH),
+                                            out=str(folder / "gradnorm"), overwrite=True),
+                             stage(f"gradnorm ({size['arch']})")))
+    report = report_runs([str(run.folder) for run in runs], str(folder))
+    return DemoRun(folder, report.html, runs)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import ConfigError, TaskError
+from layerprobe.errors import ConfigError, TaskError, first_line
 
 
 SEED = 1234  # lm-eval's default seeds, recorded in the summary
@@ -63,8 +63,7 @@ class HarnessTask:
         try:
             self.loaded = manager.load([self.name])
         except Exception as exc:  # dataset download/parsing errors surface as many types
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise TaskError(f"Could not load task '{self.name}': {first}. Check its dataset (offline: local data_files).") from None
+            raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Check its dataset (offline: local data_files).") from None
         for task in self.loaded["tasks"].values():
             self.output_types.add(task.get_config("output_type"))
             if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
@@ -95,18 +94,27 @@ class HarnessTask:
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
         results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
                            log_samples=False, verbosity="ERROR")
-        table = results["results"].get(self.name) or next(iter(results["results"].values()))
-        metrics: dict[str, tuple[float, float | None]] = {}
-        for key, value in table.items():
-            if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
-                continue
-            name, _, filt = key.partition(",")
-            label = name if filt == "none" else f"{name}[{filt}]"
-            stderr = table.get(f"{name}_stderr,{filt}")
-            metrics[label] = (float(value), float(stderr) if isinstance(stderr, (int, float)) else None)
+        every = results["results"]
+        metrics = _metrics(every.get(self.name) or next(iter(every.values())))
+        for sub, table in every.items():  # a group's subtasks (MMLU: categories and subjects), labelled metric/subtask
+            if sub != self.name and len(every) > 1:
+                metrics |= {f"{label}/{sub}": value for label, value in _metrics(table).items()}
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+def _metrics(table: dict) -> dict[str, tuple[float, float | None]]:
+    """lm-eval's 'acc,none' / 'acc_stderr,none' entries as {'acc': (value, stderr)}; other filters as 'acc[f]'."""
+    metrics: dict[str, tuple[float, float | None]] = {}
+    for key, value in table.items():
+        if "," not in key or "_stderr" in key or not isinstance(value, (int, float)):
+            continue
+        name, _, filt = key.partition(",")
+        label = name if filt == "none" else f"{name}[{filt}]"
+        stderr = table.get(f"{name}_stderr,{filt}")
+        metrics[label] = (float(value), float(stderr) if isinstance(stderr, (int, float)) else None)
+    return metrics
 
 
 def _reuse_requests(task: Any) -> None:

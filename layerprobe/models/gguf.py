@@ -62,7 +62,8 @@ def file_sha256(path: Path) -> str:
 
 
 def read_header(path: Path) -> GGUFSource:
-    """Architecture and quantization types from the file's header; a truncated or foreign file is a one-line error."""
+    """Architecture and quantization types from the file's header; a truncated or foreign file is a one-line error.
+    A file already in the cache is described by its cache folder (parsing the header takes seconds)."""
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -70,6 +71,11 @@ def read_header(path: Path) -> GGUFSource:
         raise ModelLoadError(f"Cannot read GGUF file '{path}': {first_line(exc)}.") from None
     if magic != MAGIC:
         raise ModelLoadError(f"'{path}' is not a GGUF file (it does not start with 'GGUF'): pass a .gguf checkpoint.")
+    sha256 = file_sha256(path)
+    info = cache_root() / sha256[:24] / INFO_FILE
+    if info.is_file():
+        known = json.loads(info.read_text())
+        return GGUFSource(path, sha256, known["architecture"], known["quantization"])
     try:
         import gguf
     except ImportError:
@@ -81,7 +87,7 @@ def read_header(path: Path) -> GGUFSource:
         types = sorted({t.tensor_type.name for t in reader.tensors})
     except Exception as exc:  # numpy's memmap and gguf's parser raise their own types on a cut-off file
         raise ModelLoadError(f"GGUF file '{path}' is truncated or corrupt ({first_line(exc)}): download it again.") from None
-    return GGUFSource(path, file_sha256(path), architecture, "+".join(types))
+    return GGUFSource(path, sha256, architecture, "+".join(types))
 
 
 def cache_root() -> Path:

@@ -31,6 +31,16 @@ def _halves(values: list[float]) -> tuple[float, float]:
     return sum(values[:half]) / half, sum(values[-half:]) / half
 
 
+def _where(layers: list[int], chosen: list[int], what: str) -> str:
+    """Where `chosen` layers sit in depth, as relative depth l / (L - 1) and the third of the stack."""
+    depth = max(1, max(layers))
+    relative = [layer / depth for layer in chosen]
+    thirds = sorted({("first", "middle", "last")[min(2, int(3 * r))] for r in relative},
+                    key=("first", "middle", "last").index)
+    return (f"{what} sit at relative depth {', '.join(f'{r:.2f}' for r in relative)} (0 = first block, 1 = last): "
+            f"the {' and '.join(thirds)} third{'s' if len(thirds) > 1 else ''} of the stack.")
+
+
 def angular_findings(run: Run) -> list[str]:
     table = run.tables["angular"]
     one = table[table["n"] == 1].sort_values("layer")
@@ -43,6 +53,8 @@ def angular_findings(run: Run) -> list[str]:
     order = sorted(zip(values, layers))
     out.append("Least change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[:3])
                + "; most change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[::-1][:3]) + ".")
+    out.append(_where(layers, [layer for _, layer in order[:3]], "The three layers that change the representation "
+                      "least"))
     early, late = _halves(values)
     if late < 0.8 * early:
         out.append(f"Deep layers change the representation less than early ones (mean d(l, 1) {late:.3f} in the "
@@ -70,6 +82,9 @@ def prune_findings(run: Run) -> list[str]:
     out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(3).itertuples())
            + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(3)[::-1].itertuples())
            + "."]
+    if s.get("block", 1) == 1 and len(main) >= 3:
+        out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in ordered.head(3)["layer"]],
+                          "The three layers cheapest to remove"))
     rho = s.get("spearman_angular_delta")
     if rho is not None:
         strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"

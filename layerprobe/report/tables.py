@@ -41,7 +41,10 @@ def angular_by_depth(run: Run) -> tuple[Any, Any]:
 
 
 def prune_by_depth(run: Run) -> tuple[Any, Any]:
-    """(start layer, dP of the summary's metric) for the overlay across runs."""
+    """(start layer, cost of removing it as a fraction of the run's largest cost) for the overlay across runs:
+    runs of different metrics (drift, kl, accuracy) share one axis."""
     t = run.tables["prune"]
     t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
-    return t["layer"], t["delta"]
+    cost = -t["delta"] if run.summary.get("higher_is_better", True) else t["delta"]
+    largest = float(cost.abs().max()) or 1.0
+    return t["layer"], cost / largest

@@ -13,7 +13,7 @@ from layerprobe.runs.folder import prepare_run_dir
 from layerprobe.runs.read import load_run
 
 # settings that change the numbers: shards that differ in any of them are not slices of one sweep
-SAME_CONFIG = ("task", "include_path", "num_fewshot", "limit", "layers", "block", "metric")
+SAME_CONFIG = ("task", "mmlu_data", "include_path", "num_fewshot", "limit", "layers", "block", "metric")
 SAME_MODEL = ("model", "dtype", "revision", "layers_path")
 SAME_DATA = ("dataset", "text_field", "tokens", "seq_len")
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data

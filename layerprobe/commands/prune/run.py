@@ -54,8 +54,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}")
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
-    identity = {"task": config.task, "model": probe.loaded.spec, "block": config.block, "layers": config.layers,
-                "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
+    identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "block": config.block,
+                "layers": config.layers, "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
                 "tokens": config.data.tokens, "seq_len": probe.seq_len, "shard": config.shard}
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():

@@ -5,6 +5,7 @@ says what the run's facts are."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.prune.outputs import check_metric
@@ -169,7 +170,24 @@ class HarnessSweep:
         from layerprobe.evaluation.harness import HarnessTask
 
         self.config = config  # tasks are built before the model loads: a bad name fails in seconds
-        self.harness = HarnessTask(config.task, config.include_path, config.num_fewshot, config.limit).build()
+        include_path = config.include_path
+        if config.mmlu_data is not None:
+            include_path = self._local_mmlu(config)
+        self.harness = HarnessTask(config.task, include_path, config.num_fewshot, config.limit).build()
+
+    def _local_mmlu(self, config: PruneConfig) -> str:
+        """lm-eval's MMLU tasks over the named local file, written to a folder that lives as long as the sweep."""
+        import tempfile
+
+        from layerprobe.evaluation.mmlu import write_local_tasks
+
+        if not config.task.startswith("mmlu"):
+            raise ConfigError(f"--mmlu-data serves the MMLU tasks (mmlu, mmlu_stem, mmlu_anatomy, ...), not "
+                              f"'{config.task}': drop --mmlu-data or pass an MMLU task.")
+        if config.include_path is not None:
+            raise ConfigError("--mmlu-data writes its own task folder: drop --include-path.")
+        self._tasks = tempfile.TemporaryDirectory(prefix="layerprobe-mmlu-")
+        return str(write_local_tasks(Path(config.mmlu_data), Path(self._tasks.name), config.num_fewshot))
 
     def check(self, probe: Any) -> list[str]:
         if is_encoder(probe.model):
@@ -207,7 +225,8 @@ class HarnessSweep:
 
     def facts(self, job: SweepJob) -> dict:
         return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
-                "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix")}
+                "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
+                "mmlu_data": self.config.mmlu_data}
 
 
 SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSweep}

