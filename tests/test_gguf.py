@@ -51,6 +51,7 @@ def invoke(*args):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
+@pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
 def test_cached_and_direct_gguf_give_the_same_numbers_and_the_cache_is_reused(cache, tmp_path):
     timings = {}
     for name, extra in (("first", []), ("cached", []), ("direct", ["--no-cache"])):
@@ -82,6 +83,7 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
     assert (a["delta"] > 0).all()
 
 
+@pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
 def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
     """Against transformers' own GGUF loading (not the cache): hidden states, per-token arccos in float64."""
     result = invoke("angular", "smollm2", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
