@@ -41,10 +41,10 @@ def angular_by_depth(run: Run) -> tuple[Any, Any]:
 
 
 def prune_by_depth(run: Run) -> tuple[Any, Any]:
-    """(start layer, cost of removing it as a fraction of the run's largest cost) for the overlay across runs:
-    runs of different metrics (drift, kl, accuracy) share one axis."""
+    """(start layer, rank of the cost of removing it, 0 = cheapest .. 1 = costliest) for the overlay across runs:
+    runs of different metrics (drift, kl, ppl, accuracy) and scales (a ppl of 40,000 for layer 0) share one axis."""
     t = run.tables["prune"]
     t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
     cost = -t["delta"] if run.summary.get("higher_is_better", True) else t["delta"]
-    largest = float(cost.abs().max()) or 1.0
-    return t["layer"], cost / largest
+    ranks = cost.rank(method="average") - 1
+    return t["layer"], ranks / max(1, len(t) - 1)

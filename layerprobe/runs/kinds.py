@@ -43,7 +43,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          (("task", "task"), ("metric", "metric"), ("block", "block")),
          "layerprobe.report.findings:prune_findings", "layerprobe.report.tables:prune_table",
          "layerprobe.runs.compare:compare_prune", label_key="task", overlay="layerprobe.report.tables:prune_by_depth",
-         overlay_axis=("cost / largest cost", "Cost of removing each layer (dP, scaled per run), by relative depth")),
+         overlay_axis=("rank of the cost (0 = cheapest)", "Cost of removing each layer, ranked within each run, by relative depth")),
     Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
          (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
          "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",
