@@ -189,8 +189,9 @@ def test_spans_and_findings_by_hand(tmp_path):
     lines = findings(run)
     assert lines[0].startswith("Layers 3-7 each change the representation by less than 0.2")
     assert "layer 7 (0.040)" in lines[1] and "layer 0 (0.400)" in lines[1]
-    assert "Pre-LN signature" in lines[2]
-    assert "layers 5-6" in lines[3]
+    assert "relative depth 1.00, 0.71, 0.86" in lines[2] and "the last third of the stack" in lines[2]  # 7, 5, 6 of 0..7
+    assert "Pre-LN signature" in lines[3]
+    assert "layers 5-6" in lines[4]
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])

@@ -34,12 +34,18 @@ def fail(message: str) -> typer.Exit:
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a library function; its typed errors become one red line and exit code 2."""
+    from layerprobe.runs.folder import abandon_run_dirs
+
     try:
         return fn(*args, **kwargs)
     except LayerprobeError as exc:
+        abandon_run_dirs()
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/yellow]: finished work is on disk.")
+        kept = abandon_run_dirs()
+        where = ", ".join(escape(str(p)) for p in kept)
+        console.print(f"[yellow]interrupted[/yellow]: finished work is in {where}; the same command with --resume "
+                      "continues it." if kept else "[yellow]interrupted[/yellow]: nothing was written.", highlight=False)
         raise typer.Exit(130) from None
 
 

@@ -88,6 +88,9 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     started, clock = start_time(), time.perf_counter()
     world = current_world()
     world.refuse_device_map(config.model.device_map)
+    out = config.out or str(Path("reports") / slug(config.model.model) / "angular")
+    # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
+    folder = prepare_run_dir(out, overwrite=config.overwrite) if world.main else None
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data)
     per_batch = probe.seq_len * config.data.batch_size
     world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {probe.seq_len} "
@@ -108,8 +111,6 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if not world.main:
         return AngularRun(None, warnings=warnings)  # rank 0 writes the run folder
 
-    folder = prepare_run_dir(config.out or str(Path("reports") / slug(probe.loaded.spec) / "angular"),
-                             overwrite=config.overwrite)
     facts = probe.facts() | {
         "dataset": probe.corpus.description,
         "tokens": done.processed,

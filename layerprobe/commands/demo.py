@@ -17,7 +17,7 @@ from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import AngularConfig, DataOptions, GradnormConfig, ModelOptions, PruneConfig
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
-from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.folder import prepare_run_dir, release_run_dir
 
 # Token counts of the reference demo and its quick twin. The quick twin keeps the layer counts, sequence shapes
 # and first seed/batch, so `compare` can judge it against the committed reference with loose tolerances.
@@ -84,4 +84,5 @@ def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = F
                                             out=str(folder / "gradnorm"), overwrite=True),
                              stage(f"gradnorm ({size['arch']})")))
     report = report_runs([str(run.folder) for run in runs], str(folder))
+    release_run_dir(folder)
     return DemoRun(folder, report.html, runs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import io
 import json
 import os
@@ -11,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, first_line
 
 
 def slug(text: str) -> str:
@@ -22,23 +23,127 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "model"
 
 
+LOCK = ".layerprobe.lock"  # in a run folder while a process writes it: "pid@host"; gone once the run is finished
+_held: set[Path] = set()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+FILE_MODE = 0o666 & ~_umask()  # what open() would give: CI artifacts and shared folders follow the user's umask
+
+
+def _owner(lock: Path) -> str | None:
+    """'pid@host' of a live process holding the lock, None when the lock is stale (its process is gone)."""
+    import socket
+
+    try:
+        text = lock.read_text().strip()
+        pid, _, host = text.partition("@")
+        if host != socket.gethostname():
+            return text  # another machine's process: assume alive
+        os.kill(int(pid), 0)
+        return text
+    except (OSError, ValueError):
+        return None
+
+
+def _claim(path: Path) -> bool:
+    """Take the folder's lock atomically (O_EXCL); a stale lock is taken over. False: a live process holds it."""
+    import socket
+
+    lock = path / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+        except FileExistsError:
+            owner = _owner(lock)
+            if owner is not None and owner != f"{os.getpid()}@{socket.gethostname()}":
+                return False
+            lock.unlink(missing_ok=True)  # stale (its process was killed), or this process's own earlier claim
+            continue
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{os.getpid()}@{socket.gethostname()}\n")
+        _held.add(path)
+        return True
+    return False
+
+
+def release_run_dir(path: Path) -> None:
+    """The run in `path` is finished (or abandoned by this process): drop its lock."""
+    if path in _held:
+        (path / LOCK).unlink(missing_ok=True)
+        _held.discard(path)
+
+
+@atexit.register
+def abandon_run_dirs() -> list[Path]:
+    """An error or Ctrl-C ends the run. A folder that got nothing is removed; one with partial work keeps its lock
+    as the mark of an unfinished run (stale once this process is gone: --resume takes it over). Returns those."""
+    kept = []
+    for path in list(_held):
+        _held.discard(path)
+        if [p.name for p in path.iterdir()] == [LOCK]:
+            (path / LOCK).unlink(missing_ok=True)
+            try:
+                path.rmdir()
+            except OSError:
+                pass
+        else:
+            kept.append(path)
+    return kept
+
+
+def _sibling(out: str | Path) -> Path:
+    path = Path(out)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    candidate, n = path.with_name(f"{path.name}-{stamp}"), 1
+    while candidate.exists():
+        candidate = path.with_name(f"{path.name}-{stamp}-{n}")
+        n += 1
+    return candidate
+
+
+def check_resumable(folder: Path, command: str) -> None:
+    """--resume continues this command's unfinished run only: another command's folder is refused by name."""
+    summary = folder / "summary.json"
+    if summary.is_file():
+        try:
+            found = json.loads(summary.read_text(encoding="utf-8")).get("command")
+        except (json.JSONDecodeError, AttributeError):
+            found = None
+        if found != command:
+            raise RunError(f"--resume: '{folder}' holds a {found or 'unknown'} run, not a {command} run: pass the "
+                           f"--out of the interrupted {command} run.")
+
+
 def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
-    """Create the run folder; a non-empty existing one gets a timestamped sibling unless overwrite/resume.
-    resume: the folder must exist already."""
+    """Create and claim the run folder. A non-empty or claimed existing one gets a timestamped sibling unless
+    overwrite/resume; with those, a folder another live process is writing is an error. resume: the folder must
+    exist already. An unwritable path is a one-line error before any work."""
     path = Path(out)
     if resume and not path.is_dir():
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     if path.exists() and not path.is_dir():
         raise RunError(f"--out '{out}' is a file: pass a folder path.")
-    if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
-        stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        path = path.with_name(f"{path.name}-{stamp}")
-        n = 1
-        while path.exists():
-            path = path.with_name(f"{Path(out).name}-{stamp}-{n}")
-            n += 1
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    try:
+        for _ in range(100):
+            if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
+                path = _sibling(out)
+            path.mkdir(parents=True, exist_ok=True)
+            if _claim(path):
+                return path
+            if overwrite or resume:
+                raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "
+                               "wait for it, or pass another --out.")
+            path = _sibling(out)
+        raise RunError(f"Could not claim a run folder beside '{out}': pass another --out.")
+    except OSError as exc:
+        raise RunError(f"--out '{out}' cannot be created or written ({exc.strerror or first_line(exc)}): pass a "
+                       "writable folder.") from None
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -46,6 +151,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 whatever the umask
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError, first_line
-from layerprobe.runs.folder import read_json
+from layerprobe.runs.folder import LOCK, read_json
 from layerprobe.runs.kinds import KINDS, Kind
 
 
@@ -51,6 +51,9 @@ def load_run(folder: str | Path) -> Run:
     path = Path(folder)
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
+    if (path / LOCK).exists():
+        raise RunError(f"'{folder}' is an unfinished run (its {LOCK} is there: a run is writing it, or was killed): "
+                       "finish it with the same command and --resume, or run it again.")
     if not is_run(path):
         raise RunError(f"'{folder}' is not a layerprobe run folder (no summary.json and manifest.json): "
                        "pass the folder a command wrote, e.g. reports/<model>/angular.")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.runs.folder import save_figure, write_csv, write_json
+from layerprobe.runs.folder import release_run_dir, save_figure, write_csv, write_json
 from layerprobe.runs.manifest import build_manifest
 
 
@@ -43,4 +43,5 @@ def write_run(folder: Path, command: str, *, tables: dict[str, Any], figures: di
     write_json(folder / "summary.json", summary)
     write_json(folder / "manifest.json", build_manifest(command, config.to_dict(), started, seconds, **facts,
                                                         **(manifest_extra or {})))
+    release_run_dir(folder)  # finished: summary.json and manifest.json, no lock
     return RunResult(folder, dict(tables), summary, list(warnings if warnings is not None else summary.get("warnings", [])))

@@ -22,7 +22,7 @@ from layerprobe.models.load import embedded_model_dir, load_model, locate, peek_
 from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import prepare_run_dir, slug
+from layerprobe.runs.folder import check_resumable, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import JobStore
 
@@ -238,6 +238,8 @@ def _open_store(config: GradnormConfig, world: World, name: str) -> JobStore:
     store = None
     folder = None
     if world.main:
+        if config.resume:
+            check_resumable(Path(out), "gradnorm")
         folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
         store = JobStore(folder, identity, config.resume)
     folder = Path(world.gather(str(folder) if world.main else None)[0])

@@ -15,7 +15,7 @@ from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
 from layerprobe.evaluation.variants import parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import prepare_run_dir, slug
+from layerprobe.runs.folder import check_resumable, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import Ledger
 
@@ -53,6 +53,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
 
     base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}")
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
+    if config.resume:
+        check_resumable(Path(out), "prune")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "block": config.block,
                 "layers": config.layers, "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
