@@ -29,6 +29,10 @@ class RunError(LayerprobeError):
     """A run folder is missing, incomplete or inconsistent."""
 
 
+class NumericsError(LayerprobeError):
+    """A measured number came out NaN or infinite (an overflowing dtype, a broken checkpoint)."""
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when empty): what a one-line error quotes."""
     text = str(exc).strip()

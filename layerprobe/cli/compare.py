@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from layerprobe.cli.common import call
+from layerprobe.cli.common import call, fail
 
 
 def compare(
@@ -28,6 +28,9 @@ def compare(
     result = call(compare_folders, baseline, new, tolerances)
     text = call(render, result, fmt, max_rows)
     if output:
-        call(atomic_write_text, Path(output), text if text.endswith("\n") else text + "\n")
+        try:
+            atomic_write_text(Path(output), text if text.endswith("\n") else text + "\n")
+        except OSError as exc:
+            raise fail(f"--output '{output}' cannot be written ({exc.strerror or exc}): pass a writable file path.") from None
     typer.echo(text)
     raise typer.Exit(result.exit_code)

@@ -11,7 +11,7 @@ from layerprobe.commands.probe import open_probe
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
-from layerprobe.errors import ConfigError
+from layerprobe.errors import ConfigError, NumericsError
 from layerprobe.hooks import BlockCapture
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
 from layerprobe.plots.heatmap import angular_heatmap
@@ -44,6 +44,18 @@ class _Pass:
     processed: int  # tokens of all ranks' batches seen
 
 
+def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
+    """The running sums turn NaN or inf with the first non-finite block input: name that block and the batch."""
+    import torch
+
+    bad = (~torch.isfinite(accumulator.norm_sum)).nonzero()
+    if len(bad):
+        layer = int(bad[0])
+        where = f"the input of block {layer}" if layer < len(accumulator.norm_sum) - 1 else "the last block's output"
+        raise NumericsError(f"{where.capitalize()} is NaN or infinite in batch {batch} at {dtype}: the activations "
+                            "overflow this dtype; run with --dtype float32 (or bfloat16).")
+
+
 def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
     """One pass over the corpus; every rank walks the same deterministic stream and computes batch i when
     i % world size == rank."""
@@ -66,6 +78,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
                 probe.model(input_ids=ids, attention_mask=mask)
                 rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
                 accumulator.update(capture.states, rows)
+                _check_finite(accumulator, index, probe.loaded.dtype)
                 if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
                     take = rows[: RANK_SAMPLE - measured_before]
                     sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()

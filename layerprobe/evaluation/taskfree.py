@@ -93,9 +93,12 @@ class Sums:
 
 
 def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: Sums) -> None:
-    """Perplexity of the unpruned model; kl and drift of the model against itself are 0 by definition."""
+    """Perplexity of the unpruned model; kl and drift of the model against itself are 0 by definition. A non-finite
+    output of the unpruned model makes its sum NaN, so the caller names the model, not a variant."""
     if metric == "ppl":
         sums.add(None, metric_sum(metric, original, original, ids))
+    elif not bool(torch.isfinite(original).all()):
+        sums.add(None, (float("nan"), 0))
 
 
 def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],

@@ -50,6 +50,9 @@ def sweep(num_layers: int, block: int = 1, layers: list[int] | None = None) -> l
     if block < 1:
         raise ConfigError(f"--block must be at least 1, got {block}.")
     if block >= num_layers:
+        if num_layers < 2:
+            raise ConfigError(f"The model has {num_layers} layer: removing it leaves no model to score; prune needs a "
+                              "model of 2 or more layers.")
         raise ConfigError(f"--block {block} would remove the whole {num_layers}-layer model: use at most {num_layers - 1}.")
     starts = range(num_layers - block + 1)
     if layers is not None:

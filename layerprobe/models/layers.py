@@ -74,6 +74,13 @@ def find_blocks(model: Any, layers_path: str | None = None) -> BlockStack:
     import torch.nn as nn
 
     if layers_path:
+        prefix = getattr(model, "base_model_prefix", "")
+        if prefix and layers_path.startswith(prefix + ".") and not hasattr(model, prefix):
+            try:  # 'model.layers' names the same blocks of a bare base model
+                get_module(model, layers_path[len(prefix) + 1 :])
+                layers_path = layers_path[len(prefix) + 1 :]
+            except ArchitectureError:
+                pass  # the error below names the path as the user wrote it
         blocks = get_module(model, layers_path)
         if not isinstance(blocks, nn.ModuleList) or len(blocks) == 0:
             raise ArchitectureError(

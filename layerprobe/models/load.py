@@ -70,6 +70,8 @@ def resolve_device(device: str = "auto") -> str:
             )
         return device
     if device == "mps":
+        if not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+            raise ModelLoadError("--device mps was asked for but this machine has no Apple GPU (MPS): use --device cpu.")
         return device
     raise ModelLoadError(f"Unknown device '{device}': use auto, cpu, cuda or cuda:N.")
 
@@ -240,6 +242,11 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
                 f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "
                 "with that head or another command."
             ) from None
+        if "weights_only" in str(exc) or "Unpickl" in str(exc):
+            raise ModelLoadError(
+                f"The weights of '{spec}' are a pickle holding more than tensors, and layerprobe never unpickles "
+                "those (weights_only=True): use the checkpoint's safetensors files, or re-save it from code you trust."
+            ) from None
         raise ModelLoadError(
             f"Could not load the weights of '{spec}': {first_line(exc)}. Re-save the checkpoint "
             "or re-download it."
@@ -285,6 +292,15 @@ def _refuse_spill(spec: str, model: Any, placement: dict, device_map: str | None
         )
 
 
+def _has_auto_map(spec: str) -> bool:
+    import json
+
+    try:
+        return "auto_map" in json.loads((Path(spec).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
 def _config_problem(spec: str, source: str, exc: BaseException) -> str:
     text = first_line(exc)
     if source == "hub":
@@ -294,6 +310,9 @@ def _config_problem(spec: str, source: str, exc: BaseException) -> str:
             f"Model '{spec}' is not a local folder and could not be fetched ({how}): download it once online, "
             f"or pass a local folder. ({text})"
         )
+    if source != "hub" and _has_auto_map(spec):
+        return (f"'{spec}' needs its own Python code (config.json has auto_map): pass --trust-remote-code if you "
+                "trust the checkpoint's code.")
     if "trust_remote_code" in text or "Unrecognized model" in text or "does not recognize" in text:
         return (
             f"Unknown architecture in '{spec}': transformers does not know this model type; upgrade "

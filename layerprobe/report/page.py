@@ -80,9 +80,13 @@ def _cell(value: Any) -> str:
 
 def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -> Report:
     """One page for one or more runs; same-command runs sit side by side, with overlays across them."""
-    out.mkdir(parents=True, exist_ok=True)
-    assets = out / "report_files"
-    assets.mkdir(exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        assets = out / "report_files"
+        assets.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise RunError(f"Report folder '{out}' cannot be created or written ({exc.strerror or exc}): pass a writable "
+                       "folder with --out.") from None
     overlays = _figures(runs, assets)
     body_html = [f"<h1>{html.escape(title)}</h1>",
                  f'<p class="muted">{len(runs)} run(s): ' + ", ".join(html.escape(r.label) for r in runs) + "</p>"]

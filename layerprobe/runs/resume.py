@@ -37,7 +37,10 @@ class Ledger:
             self.state = read_json(state_file)
             check_same_settings(folder, self.state.get("identity", {}), self.identity)
             if self.csv.exists():
-                self.rows = pd.read_csv(self.csv).to_dict("records")
+                table = pd.read_csv(self.csv)
+                # a row cut off (by a copy, a full disk) has empty values: dropped, so its variant is scored again
+                whole = table.dropna(subset=[c for c in ("removed", "metric", "pruned", "delta") if c in table])
+                self.rows = whole.to_dict("records")
 
     def done(self) -> set[str]:
         return {str(r["removed"]) for r in self.rows}

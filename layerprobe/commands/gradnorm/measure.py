@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from layerprobe.errors import NumericsError
 from layerprobe.hooks import GradientCapture
 from layerprobe.metrics.gradients import GradSquares, input_grad_norm, output_variance
 from layerprobe.models.training import lm_loss
@@ -52,6 +53,8 @@ def measure_gradients(model: Any, stack: Any, batch_list: list, encoder: bool, t
 
 
 def _layer_rows(batch: int, layer: int, squares: Any, capture: GradientCapture, mask: Any) -> list[dict]:
+    import math
+
     rows = [{"batch": batch, "layer": layer, "kind": "params", "module": module, "grad_norm": value}
             for module, value in squares.norms(layer).items()]
     inputs, output = capture.inputs[layer], capture.outputs[layer]
@@ -61,4 +64,8 @@ def _layer_rows(batch: int, layer: int, squares: Any, capture: GradientCapture, 
                      "grad_norm": input_grad_norm(grad, mask.to(grad.device))})
     rows.append({"batch": batch, "layer": layer, "kind": "variance", "module": "block",
                  "variance": output_variance(output, mask.to(output.device))})
+    bad = next((r for r in rows if not math.isfinite(r.get("grad_norm", r.get("variance")))), None)
+    if bad is not None:
+        raise NumericsError(f"The {bad['kind']} {bad['module']} of block {layer} is NaN or infinite in batch {batch}: "
+                            "the model overflows its dtype; run with --dtype float32.")
     return rows

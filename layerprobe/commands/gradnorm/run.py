@@ -23,7 +23,7 @@ from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import check_resumable, prepare_run_dir, slug
-from layerprobe.runs.manifest import start_time
+from layerprobe.runs.manifest import start_time, weights_fingerprint
 from layerprobe.runs.resume import JobStore
 
 
@@ -69,8 +69,10 @@ def _validate(config: GradnormConfig) -> list[int]:
                           "checkpoint as it is.")
     check_placements(config.norms)
     steps = record_steps(config.record_steps, config.train.steps)
-    if config.train.steps and (config.train.lr <= 0 or config.train.warmup < 0 or config.train.clip < 0):
-        raise ConfigError("--lr must be positive and --warmup, --clip 0 or more.")
+    train = config.train
+    if config.train.steps and not (0 < train.lr < float("inf") and train.warmup >= 0 and 0 <= train.clip < float("inf")):
+        raise ConfigError(f"--lr must be a positive number and --warmup, --clip 0 or more (got --lr {train.lr}, "
+                          f"--warmup {train.warmup}, --clip {train.clip}).")
     if config.model is not None:
         locate(config.model.model, config.model.gguf_file)  # a missing or broken model before any dataset problem
     return steps
@@ -230,11 +232,15 @@ def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> tuple[lis
     return rows, losses
 
 
-def _open_store(config: GradnormConfig, world: World, name: str) -> JobStore:
+def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> JobStore:
     """The run folder exists from here on: each finished job is saved in <out>/jobs/, so --resume after a crash or
     Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs."""
-    out = config.out or str(Path("reports") / slug(name) / "gradnorm")
+    out = config.out or str(Path("reports") / slug(subjects.name) / "gradnorm")
     identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
+    loaded = subjects.cases[0][1]
+    identity |= {"resolved_dtype": subjects.dtype, "device_kind": str(subjects.device).split(":")[0],
+                 "weights": (f"sha256:{loaded.gguf['sha256']}" if loaded.gguf else weights_fingerprint(loaded.path))
+                 if loaded is not None and loaded.path else None}
     store = None
     folder = None
     if world.main:
@@ -271,7 +277,7 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     jobs_all = [((case, seed), *cases[case], seed) for seed in range(seeds) for case in range(len(cases))]
     world.refuse_idle(len(jobs_all), "model(s) (placements x seeds)")
     mine = [job for index, job in enumerate(jobs_all) if index % world.size == world.rank]
-    store = _open_store(config, world, subjects.name)
+    store = _open_store(config, world, subjects)
     reset_peak_memory(str(subjects.device))
     # progress in training steps, or at init in forward + backward passes (a 7B model is one job of minutes)
     units = 1 + config.train.steps if config.train.steps else len(batch_list)

@@ -56,13 +56,18 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if config.resume:
         check_resumable(Path(out), "prune")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    facts = probe.facts()
+    # every setting that changes a number: a --resume with any other value is refused, never mixed in
     identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "block": config.block,
-                "layers": config.layers, "num_fewshot": config.num_fewshot, "limit": config.limit, "dataset": config.data.dataset,
-                "tokens": config.data.tokens, "seq_len": probe.seq_len, "shard": config.shard}
+                "layers": config.layers, "num_fewshot": config.num_fewshot, "limit": config.limit,
+                "dataset": config.data.dataset, "text_field": config.data.text_field, "tokens": config.data.tokens,
+                "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "dtype": probe.loaded.dtype,
+                "device_kind": probe.loaded.device.split(":")[0], "revision": config.model.revision,
+                "weights": facts["weights"], "shared_prefix": config.shared_prefix, "shard": config.shard}
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():
         higher = task.run(job)
-    facts = probe.facts() | {"task": config.task}
+    facts |= {"task": config.task}
     if shard:  # what `layerprobe merge` checks: every slice present once, all of the same sweep
         facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
                           "variants": [v.label for v in variants]}

@@ -11,7 +11,7 @@ from typing import Any
 from layerprobe.commands.prune.outputs import check_metric
 from layerprobe.config import PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
-from layerprobe.errors import ConfigError, TaskError
+from layerprobe.errors import ConfigError, NumericsError, TaskError
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
@@ -74,6 +74,18 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
     return baseline
 
 
+def _check_finite(sums: Sums, metric: str, batch: int, dtype: str) -> None:
+    import math
+
+    if not math.isfinite(sums.baseline[0]):
+        raise NumericsError(f"The unpruned model's {metric} is NaN or infinite in batch {batch} at {dtype}: the "
+                            "activations overflow this dtype; run with --dtype float32 (or bfloat16).")
+    bad = next((label for label, (total, _) in sums.variants.items() if not math.isfinite(total)), None)
+    if bad is not None:
+        raise NumericsError(f"Removing layer(s) {bad} gives a NaN or infinite {metric} in batch {batch} at {dtype}: "
+                            "run with --dtype float32 (finished batches are saved: a run in float32 starts anew).")
+
+
 class TaskfreeSweep:
     """ppl / kl / drift on the probe corpus: every variant scored per batch (shared prefix by default)."""
 
@@ -106,6 +118,7 @@ class TaskfreeSweep:
                 continue  # finished before an interruption; the stream is deterministic
             ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
             score(probe.model, probe.stack, metric, job.variants, ids, mask, sums)
+            _check_finite(sums, metric, index, probe.loaded.dtype)  # before saving: finished batches stay valid
             sums.batches += 1
             tokens += batch.tokens
             ledger.save_state(sums=sums.__dict__, tokens=tokens)

@@ -1,0 +1,157 @@
+"""No wrong number passes, no finished work is lost, no traceback: overflowing dtypes, missing weights, resumes with
+other settings, cut-off rows, two runs on one folder, unfinished folders, file modes, unusable outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+from layerprobe.runs.folder import LOCK
+from layerprobe.runs.resume import Ledger
+
+from .conftest import tiny_config
+from .helpers import assert_error
+
+TINY = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
+
+
+def invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def saved_llama(folder, tokenizer, scale=1.0, layers=4, base=False):
+    torch.manual_seed(0)
+    config = tiny_config("llama", len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id, layers=layers)
+    model = (transformers.LlamaModel if base else transformers.LlamaForCausalLM)(config)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(scale)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_float16_overflow_is_named_not_measured(tokenizer, tmp_path):
+    folder = saved_llama(tmp_path / "hot", tokenizer, scale=1e6)  # embeddings beyond float16's 65504
+    for command in (["angular"], ["prune", "--task", "ppl"], ["prune", "--task", "kl"]):
+        result = invoke(*command, folder, *TINY, "--dtype", "float16", "--out", tmp_path / command[-1])
+        assert_error(result, "NaN or infinite in batch 0 at float16")
+        assert "--dtype float32" in result.output
+    assert invoke("angular", folder, *TINY, "--dtype", "float32", "--out", tmp_path / "ok").exit_code == 0
+
+
+def test_missing_layer_weights_are_an_error(tokenizer, tmp_path):
+    folder = saved_llama(tmp_path / "m", tokenizer)
+    config = json.loads((folder / "config.json").read_text())
+    config["num_hidden_layers"] = 6  # the weights hold 4
+    (folder / "config.json").write_text(json.dumps(config))
+    assert_error(invoke("angular", folder, *TINY, "--out", tmp_path / "a"), "layers.4.")
+    config["num_hidden_layers"] = 4
+    (folder / "config.json").write_text(json.dumps(config))
+    weights = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".layers.3." not in k}, folder / "model.safetensors",
+              metadata={"format": "pt"})
+    assert_error(invoke("prune", folder, "--task", "kl", *TINY, "--out", tmp_path / "p"),
+                 "randomly initialized and measured")
+    assert invoke("gradnorm", folder, "--reinit", "--seeds", "1", "--batches", "1", "--dataset", "builtin",
+                  "--seq-len", "32", "--batch-size", "2", "--out", tmp_path / "g").exit_code == 0  # rebuilds weights
+
+
+@pytest.mark.parametrize("changed", [["--batch-size", "4"], ["--dtype", "bfloat16"], ["--tokens", "256"],
+                                     ["--text-field", "body"], ["--no-shared-prefix"]])
+def test_resume_with_other_settings_is_refused(changed, model_dirs, tmp_path):
+    base = ["prune", model_dirs["llama"], "--task", "kl", *TINY, "--dtype", "float32", "--out", tmp_path / "run"]
+    assert invoke(*base).exit_code == 0
+    result = invoke(*base, "--resume", *changed)
+    assert_error(result, "different settings")
+
+
+def test_weights_changed_at_the_same_path_refuse_a_resume(tokenizer, tmp_path):
+    folder = saved_llama(tmp_path / "w", tokenizer)
+    base = ["prune", folder, "--task", "kl", *TINY, "--out", tmp_path / "run"]
+    assert invoke(*base).exit_code == 0
+    saved_llama(folder, tokenizer, scale=2.0)
+    assert_error(invoke(*base, "--resume"), "different settings (weights)")
+
+
+def test_a_cut_off_row_is_dropped_and_redone(tmp_path):
+    columns = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+    (tmp_path / "state.json").write_text(json.dumps({"identity": {"task": "t"}, "baseline": {"acc": [0.5, None]}}))
+    (tmp_path / "prune.csv").write_text(",".join(columns) + "\n0,1,0,acc,0.5,0.25,-0.25,,\n1,1,1,acc,0.5,")
+    ledger = Ledger(tmp_path, {"task": "t"}, resume=True, columns=columns)
+    assert ledger.done() == {"0"}
+
+
+def test_two_runs_on_one_out_keep_both(model_dirs, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "layerprobe", "prune", str(model_dirs["llama"]), "--task", "kl", *TINY,
+           "--out", str(tmp_path / "shared")]
+    runs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    for run in runs:
+        assert run.wait(timeout=300) == 0, run.stdout.read().decode()
+    folders = sorted(p for p in tmp_path.iterdir() if p.name.startswith("shared"))
+    assert len(folders) == 2, folders  # the second run got its own sibling: nothing overwritten
+    for folder in folders:
+        assert (folder / "summary.json").is_file() and not (folder / LOCK).exists()
+        assert len(pd.read_csv(folder / "prune.csv")) == 4
+
+
+def test_unfinished_and_foreign_folders(model_dirs, tmp_path):
+    angular = tmp_path / "angular"
+    assert invoke("angular", model_dirs["llama"], *TINY, "--out", angular).exit_code == 0
+    assert_error(invoke("prune", model_dirs["llama"], "--task", "kl", *TINY, "--resume", "--out", angular),
+                 "holds a angular run, not a prune run")
+    summary = json.loads((angular / "summary.json").read_text())
+    assert summary["command"] == "angular"  # untouched
+    (angular / LOCK).write_text(f"999999999@{socket.gethostname()}\n")  # a run killed while writing
+    assert_error(invoke("report", angular), "is an unfinished run")
+    assert_error(invoke("compare", angular, angular), "is an unfinished run")
+
+
+def test_files_follow_the_umask(model_dirs, tmp_path):
+    out = tmp_path / "run"
+    code = ("import os, sys; os.umask(0o022); from layerprobe.cli import main; sys.argv = sys.argv[1:]; main()")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-c", code, "layerprobe", "toy", "--depth", "4", "--width", "8", "--samples", "16",
+                    "--out", str(out)], env=env, check=True, capture_output=True)
+    for name in ("toy.csv", "toy.png", "summary.json", "manifest.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+
+
+def test_unusable_outputs_and_devices(model_dirs, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert_error(invoke("angular", model_dirs["llama"], *TINY, "--out", blocker / "run"), "cannot be created or written")
+    assert_error(invoke("angular", model_dirs["llama"], *TINY[:-2], "--device", "mps", "--out", tmp_path / "m"),
+                 "no Apple GPU")
+    run = tmp_path / "ok"
+    assert invoke("angular", model_dirs["llama"], *TINY, "--out", run).exit_code == 0
+    assert_error(invoke("report", run, "--out", blocker), "cannot be created or written")
+    assert_error(invoke("compare", run, run, "--output", blocker / "x.txt"), "cannot be written")
+    assert_error(invoke("gradnorm", "--arch", "tiny", "--steps", "2", "--lr", "nan", "--dataset", "builtin",
+                        "--out", tmp_path / "g"), "--lr must be a positive number")
+    assert not (tmp_path / "g").exists()
+
+
+def test_misleading_hints_fixed(tokenizer, model_dirs, tmp_path):
+    odd = tmp_path / "remote"
+    saved_llama(odd, tokenizer)
+    config = json.loads((odd / "config.json").read_text())
+    config.update(model_type="my_private_arch", auto_map={"AutoConfig": "configuration_x.XConfig"})
+    (odd / "config.json").write_text(json.dumps(config))
+    assert_error(invoke("angular", odd, *TINY, "--out", tmp_path / "a"), "pass --trust-remote-code")
+    one = saved_llama(tmp_path / "one", tokenizer, layers=1)
+    assert_error(invoke("prune", one, "--task", "kl", *TINY, "--out", tmp_path / "p"), "needs a model of 2 or more")
+    bare = saved_llama(tmp_path / "bare", tokenizer, base=True)
+    assert invoke("angular", bare, *TINY, "--layers-path", "model.layers", "--out", tmp_path / "b").exit_code == 0
