@@ -71,6 +71,11 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
+def given(value: Any, default: Any) -> Any:
+    """A CLI option left unset (None) takes the settings dataclass's default: the one place defaults are written."""
+    return default if value is None else value
+
+
 def show_warnings(warnings: list[str]) -> None:
     for warning in warnings:
         console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)

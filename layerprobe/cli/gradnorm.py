@@ -6,24 +6,26 @@ import typer
 from rich.table import Table
 
 from layerprobe.cli import options as o
-from layerprobe.cli.common import call, out, parse_formats, progress_bar, show_warnings
+from layerprobe.cli.common import call, given, out, parse_formats, progress_bar, show_warnings
 from layerprobe.config import DataOptions, GradnormConfig, ModelOptions, TrainSettings
 
 
 def gradnorm(
     model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family."),
-    arch: str = typer.Option("llama-130m", "--arch", help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b."),
-    norm: str = typer.Option("pre,post,mix,lns", "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich."),
-    alpha: float = typer.Option(0.25, "--alpha", help="Mix-LN: fraction of Post-LN layers, in [0, 1]."),
-    norm_type: str = typer.Option("rmsnorm", "--norm-type", help="rmsnorm or layernorm."),
+    arch: str = typer.Option(None, "--arch", help="In-house size: tiny, llama-71m, llama-130m (default), llama-250m, "
+                             "llama-1b, llama-7b."),
+    norm: str = typer.Option(None, "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich (default "
+                             "pre,post,mix,lns)."),
+    alpha: float = typer.Option(None, "--alpha", help="Mix-LN: fraction of Post-LN layers, in [0, 1] (default 0.25)."),
+    norm_type: str = typer.Option(None, "--norm-type", help="rmsnorm (default) or layernorm."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer for in-house models (default: embedded MiniLM's)."),
-    seeds: int = typer.Option(3, "--seeds", help="Initializations per placement."),
-    batches: int = typer.Option(2, "--batches", help="Batches per initialization."),
+    seeds: int = typer.Option(None, "--seeds", help="Initializations per placement (default 3)."),
+    batches: int = typer.Option(None, "--batches", help="Batches per initialization (default 2)."),
     reinit: bool = typer.Option(False, "--reinit", help="Re-initialize MODEL from its config."),
-    steps: int = typer.Option(0, "--steps", help="Train N AdamW steps after init, measuring along the way."),
-    lr: float = typer.Option(1e-3, "--lr", help="--steps: peak learning rate (linear warmup, cosine to 10%)."),
+    steps: int = typer.Option(None, "--steps", help="Train N AdamW steps after init, measuring along the way (default 0)."),
+    lr: float = typer.Option(None, "--lr", help="--steps: peak learning rate, linear warmup then cosine to 10% (default 0.001)."),
     warmup: int = typer.Option(None, "--warmup", help="--steps: warmup steps (default 10% of --steps)."),
-    clip: float = typer.Option(1.0, "--clip", help="--steps: max gradient norm (0 = off)."),
+    clip: float = typer.Option(None, "--clip", help="--steps: max gradient norm, 0 = off (default 1.0)."),
     record_steps: str = typer.Option(None, "--record-steps", help="Steps to measure at, e.g. 0,100,500 "
                                      "(default: 0, each quarter, the end)."),
     dtype: str = typer.Option(None, "--dtype", help="auto (float32 on CPU, bfloat16 on GPU; default), float32, bfloat16."),
@@ -56,17 +58,17 @@ def gradnorm(
     config = GradnormConfig(
         model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path,
                            device_map, offload, gguf_file, cache) if model else None,
-        arch=arch,
-        norms=tuple(n.strip() for n in norm.split(",") if n.strip()),
-        alpha=alpha,
-        norm_type=norm_type,
+        arch=given(arch, d.arch),
+        norms=tuple(n.strip() for n in norm.split(",") if n.strip()) if norm is not None else d.norms,
+        alpha=given(alpha, d.alpha),
+        norm_type=given(norm_type, d.norm_type),
         tokenizer=tokenizer,
-        seeds=seeds,
-        batches=batches,
+        seeds=given(seeds, d.seeds),
+        batches=given(batches, d.batches),
         reinit=reinit,
         device=device,
         dtype=dtype,
-        train=TrainSettings(steps, lr, warmup, clip),
+        train=TrainSettings(given(steps, d.train.steps), given(lr, d.train.lr), warmup, given(clip, d.train.clip)),
         record_steps=record_steps,
         data=DataOptions(pick(dataset, project, "dataset", d.data.dataset), text_field, 0,
                          pick(seq_len, project, "seq_len", d.data.seq_len),

@@ -6,17 +6,18 @@ import typer
 from rich.table import Table
 
 from layerprobe.cli import options as o
-from layerprobe.cli.common import call, fail, out, parse_formats, progress_bar
+from layerprobe.cli.common import call, given, fail, out, parse_formats, progress_bar
 
 
 def toy(
-    norm: str = typer.Option("pre,post,mix,lns", "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich."),
-    depth: int = typer.Option(100, "--depth", help="Residual blocks."),
-    width: int = typer.Option(256, "--width", help="Hidden size."),
-    alpha: str = typer.Option("1.0", "--alpha", help="Scale of FC2, or several: 0.5,1,2."),
-    samples: int = typer.Option(4096, "--samples", help="i.i.d. Gaussian inputs."),
-    seed: int = typer.Option(0, "--seed", help="Seed of weights and inputs."),
-    mix_alpha: float = typer.Option(0.25, "--mix-alpha", help="Mix-LN: fraction of Post-LN blocks, in [0, 1]."),
+    norm: str = typer.Option(None, "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich (default "
+                             "pre,post,mix,lns)."),
+    depth: int = typer.Option(None, "--depth", help="Residual blocks (default 100)."),
+    width: int = typer.Option(None, "--width", help="Hidden size (default 256)."),
+    alpha: str = typer.Option(None, "--alpha", help="Scale of FC2, or several: 0.5,1,2 (default 1.0)."),
+    samples: int = typer.Option(None, "--samples", help="i.i.d. Gaussian inputs (default 4096)."),
+    seed: int = typer.Option(None, "--seed", help="Seed of weights and inputs (default 0)."),
+    mix_alpha: float = typer.Option(None, "--mix-alpha", help="Mix-LN: fraction of Post-LN blocks, in [0, 1] (default 0.25)."),
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/toy)."),
     overwrite: bool = o.Overwrite,
     formats: str = o.Formats,
@@ -27,12 +28,15 @@ def toy(
 
     project, _ = call(find_project_config)
     out_dir = out_dir or (f"{project['out']}/toy" if "out" in project else None)
+    d = ToyConfig()  # the defaults
     try:
-        alphas = tuple(float(a) for a in alpha.split(",") if a.strip())
+        alphas = tuple(float(a) for a in alpha.split(",") if a.strip()) if alpha is not None else d.alphas
     except ValueError:
         raise fail(f"--alpha '{alpha}' is not a list of numbers, e.g. 0.5,1,2.") from None
-    config = ToyConfig(tuple(n.strip() for n in norm.split(",") if n.strip()), depth, width, alphas, samples, seed,
-                       mix_alpha, out_dir, overwrite, parse_formats(formats))
+
+    norms = tuple(n.strip() for n in norm.split(",") if n.strip()) if norm is not None else d.norms
+    config = ToyConfig(norms, given(depth, d.depth), given(width, d.width), alphas, given(samples, d.samples),
+                       given(seed, d.seed), given(mix_alpha, d.mix_alpha), out_dir, overwrite, parse_formats(formats))
     with progress_bar() as progress:
         run = call(run_toy, config, progress)
     table = Table(title="Log-log slope over the deep half (95% interval); Pre-LN random walk: norm +0.5, 1-cos -1")
