@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -51,7 +52,11 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 @contextlib.contextmanager
 def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
-    """A rich progress bar driven by the library's (stage, done, total) callback."""
+    """Progress driven by the library's (stage, done, total) callback: a rich bar on a terminal, plain lines in a
+    CI log or a pipe (LogProgress)."""
+    if not sys.stderr.isatty():
+        yield LogProgress()
+        return
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -61,7 +66,7 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         TimeRemainingColumn(),
     )
     tasks: dict[str, Any] = {}
-    with Progress(*columns, console=console, transient=False, disable=not sys.stderr.isatty()) as bar:
+    with Progress(*columns, console=console, transient=False) as bar:
 
         def update(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
@@ -69,6 +74,38 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
             bar.update(tasks[stage], completed=done, total=total)
 
         yield update
+
+
+class LogProgress:
+    """Plain progress lines for logs: one when a stage starts, one when it ends, and one at least every `every`
+    seconds in between with done/total, the rate and the time left."""
+
+    def __init__(self, every: float = 30.0, clock: Callable[[], float] = time.monotonic,
+                 write: Callable[[str], None] | None = None) -> None:
+        self.every, self.clock = every, clock
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.stages: dict[str, tuple[float, int]] = {}  # stage -> (start time, done at start)
+        self.last = 0.0
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = self.clock()
+        if stage not in self.stages:
+            self.stages[stage] = (now, done)
+            self.last = now
+            self.write(f"{stage}: {done:,}/{total:,} started")
+            return
+        if done >= total or now - self.last >= self.every:
+            self.last = now
+            start, first = self.stages[stage]
+            elapsed = max(now - start, 1e-9)
+            rate = (done - first) / elapsed
+            left = f", eta {_clock(int((total - done) / rate))}" if rate > 0 and done < total else ""
+            state = "done" if done >= total else f"{100 * done / max(total, 1):.0f}%"
+            self.write(f"{stage}: {done:,}/{total:,} {state} after {_clock(int(elapsed))}, {rate:,.1f}/s{left}")
+
+
+def _clock(seconds: int) -> str:
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def given(value: Any, default: Any) -> Any:
