@@ -77,26 +77,26 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
 
 
 class LogProgress:
-    """Plain progress lines for logs: one when a stage starts, one when it ends, and one at least every `every`
-    seconds in between with done/total, the rate and the time left."""
+    """Plain progress lines for logs: one at a stage's first progress, one when it ends, and one at least every
+    `every` seconds in between, with done/total, the rate and the time left. (A run that fails before any progress
+    prints only its error.)"""
 
     def __init__(self, every: float = 30.0, clock: Callable[[], float] = time.monotonic,
                  write: Callable[[str], None] | None = None) -> None:
         self.every, self.clock = every, clock
         self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stages: dict[str, tuple[float, int]] = {}  # stage -> (start time, done at start)
-        self.last = 0.0
+        self.last: dict[str, float | None] = {}  # stage -> when its last line was written (None: not yet)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = self.clock()
         if stage not in self.stages:
-            self.stages[stage] = (now, done)
-            self.last = now
-            self.write(f"{stage}: {done:,}/{total:,} started")
+            self.stages[stage], self.last[stage] = (now, done), None
             return
-        if done >= total or now - self.last >= self.every:
-            self.last = now
-            start, first = self.stages[stage]
+        start, first = self.stages[stage]
+        last = self.last[stage]
+        if done >= total or (last is None and done > first) or (last is not None and now - last >= self.every):
+            self.last[stage] = now
             elapsed = max(now - start, 1e-9)
             rate = (done - first) / elapsed
             left = f", eta {_clock(int((total - done) / rate))}" if rate > 0 and done < total else ""
