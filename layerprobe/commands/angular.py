@@ -16,7 +16,7 @@ from layerprobe.hooks import BlockCapture
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 
@@ -90,6 +90,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
     return _Pass(accumulator, sampled, processed)
 
 
+@abandons_on_error
 def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRun:
     """Measure d(x_l, x_{l+n}) for every l, n over the probe corpus and write the run folder."""
     import torch

@@ -17,7 +17,7 @@ from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import AngularConfig, DataOptions, GradnormConfig, ModelOptions, PruneConfig
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
-from layerprobe.runs.folder import prepare_run_dir, release_run_dir
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir
 
 # Token counts of the reference demo and its quick twin. The quick twin keeps the layer counts, sequence shapes
 # and first seed/batch, so `compare` can judge it against the committed reference with loose tolerances.
@@ -25,7 +25,7 @@ from layerprobe.runs.folder import prepare_run_dir, release_run_dir
 # so they get fewer tokens (README: "What the demo shows" gives the noise at these counts).
 FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "smollm2_angular_tokens": 8192, "smollm2_prune_tokens": 512,
         "arch": "llama-71m", "seeds": 2, "batches": 2}
-QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 2048, "smollm2_prune_tokens": 256,
+QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 2048, "smollm2_prune_tokens": 512,
          "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
 SMOLLM2_BATCH = 2  # sequences of 256 tokens per forward: the sweeps' stored block inputs stay small
@@ -66,6 +66,7 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
     return runs
 
 
+@abandons_on_error
 def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = False,
              progress: Progress = silent) -> DemoRun:
     """Both halves of the argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN: angular and task-free sweeps)

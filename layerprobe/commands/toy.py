@@ -18,7 +18,7 @@ from layerprobe.metrics.stats import effective_rank, power_law
 from layerprobe.models.placement import check_placements, residual_step
 from layerprobe.plots.toy import toy_figure
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 
@@ -92,6 +92,7 @@ def measure_toy(model: ToyModel, x: Any, readout: Any) -> list[dict]:
     return rows
 
 
+@abandons_on_error
 def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
     """Every placement x alpha of the toy model: statistics of each block output, power-law fits, the plot."""
     import pandas as pd

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import json
 import os
@@ -10,9 +11,11 @@ import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from layerprobe.errors import RunError, first_line
+
+T = TypeVar("T")
 
 
 def slug(text: str) -> str:
@@ -43,6 +46,8 @@ def _owner(lock: Path) -> str | None:
     try:
         text = lock.read_text().strip()
         pid, _, host = text.partition("@")
+        if not pid.isdigit() or not host:
+            return None  # ABANDONED, or unreadable: no process holds it
         if host != socket.gethostname():
             return text  # another machine's process: assume alive
         os.kill(int(pid), 0)
@@ -79,22 +84,42 @@ def release_run_dir(path: Path) -> None:
         _held.discard(path)
 
 
+ABANDONED = "unfinished"  # the lock's text once its run has stopped: the folder is unfinished and free to resume
+_unfinished: list[Path] = []  # folders this process left unfinished
+
+
 @atexit.register
 def abandon_run_dirs() -> list[Path]:
-    """An error or Ctrl-C ends the run. A folder that got nothing is removed; one with partial work keeps its lock
-    as the mark of an unfinished run (stale once this process is gone: --resume takes it over). Returns those."""
-    kept = []
+    """An error or Ctrl-C ends the run. A folder that got nothing is removed; one with partial work keeps its lock,
+    rewritten to say no process holds it, as the mark of an unfinished run (--resume takes it over). Returns every
+    folder this process has left unfinished."""
     for path in list(_held):
         _held.discard(path)
-        if [p.name for p in path.iterdir()] == [LOCK]:
-            (path / LOCK).unlink(missing_ok=True)
-            try:
+        try:
+            if [p.name for p in path.iterdir()] == [LOCK]:
+                (path / LOCK).unlink(missing_ok=True)
                 path.rmdir()
-            except OSError:
-                pass
-        else:
-            kept.append(path)
-    return kept
+            else:
+                (path / LOCK).write_text(ABANDONED + "\n")
+                _unfinished.append(path)
+        except OSError:
+            pass
+    return list(dict.fromkeys(_unfinished))
+
+
+def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
+    """Decorate a command: if it raises (an error, Ctrl-C), the folders it claimed are abandoned (above), so the
+    same process (a notebook) or another can resume them at once."""
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return command(*args, **kwargs)
+        except BaseException:
+            abandon_run_dirs()
+            raise
+
+    return run
 
 
 def _sibling(out: str | Path) -> Path:

@@ -22,7 +22,7 @@ from layerprobe.models.load import embedded_model_dir, load_model, locate, peek_
 from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time, weights_fingerprint
 from layerprobe.runs.resume import JobStore
 
@@ -252,6 +252,7 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     return store or JobStore(folder, identity, config.resume, owner=False)
 
 
+@abandons_on_error
 def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> GradnormRun:
     """Build (or load) each model, backpropagate real-token batches at init (and after training steps),
     record per-layer gradient norms and output variance."""

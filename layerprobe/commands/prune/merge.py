@@ -9,7 +9,7 @@ from typing import Any
 from layerprobe.commands.prune.outputs import write_prune_outputs
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.errors import ConfigError, RunError
-from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.read import load_run
 
 # settings that change the numbers: shards that differ in any of them are not slices of one sweep
@@ -93,6 +93,7 @@ def default_out(first: Path) -> Path:
     return first.with_name(stem if stem != first.name else f"{first.name}-merged")
 
 
+@abandons_on_error
 def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = False,
                  formats: tuple[str, ...] | None = None):
     """One prune run folder from its shards: the same prune.csv, plot and summary as an unsharded sweep."""

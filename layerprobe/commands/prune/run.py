@@ -15,7 +15,7 @@ from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
 from layerprobe.evaluation.variants import parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import Ledger
 
@@ -33,6 +33,7 @@ def _shard_for(config: PruneConfig, world: World) -> tuple[PruneConfig, tuple[in
         config.model, device=world.device(config.model.device))), shard
 
 
+@abandons_on_error
 def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     """The sweep: baseline once, then each variant; finished work is on disk after every step."""
     import torch
