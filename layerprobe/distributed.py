@@ -11,6 +11,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from layerprobe.errors import ConfigError
+
 
 @dataclass
 class World:
@@ -34,16 +36,12 @@ class World:
     def refuse_device_map(self, device_map: str | None) -> None:
         """A device map spreads one process over all GPUs: not with several processes."""
         if self.size > 1 and device_map:
-            from layerprobe.errors import ConfigError
-
             raise ConfigError("--device-map under torchrun would spread every process over all GPUs: run one "
                               "process with --device-map, or torchrun without it (one GPU per process).")
 
     def refuse_idle(self, units: int, what: str, fix: str = "") -> None:
         """More processes than units of work (batches, models, variants) leaves some idle: refuse before any work."""
         if self.size > units:
-            from layerprobe.errors import ConfigError
-
             raise ConfigError(f"{self.size} processes for {units} {what}: some would idle; "
                               f"{fix or f'run at most {units} processes'}.")
 

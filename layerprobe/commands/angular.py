@@ -13,6 +13,8 @@ from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
 from layerprobe.errors import ConfigError, NumericsError
 from layerprobe.hooks import BlockCapture
+from layerprobe.metrics.angular import AngularAccumulator
+from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
@@ -61,8 +63,6 @@ def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
     i % world size == rank."""
     import torch
 
-    from layerprobe.metrics.angular import AngularAccumulator
-
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
     sampled: list[tuple[int, list]] = []
     processed = measured_before = 0  # tokens seen / measured positions before a batch
@@ -94,8 +94,6 @@ def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
 def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRun:
     """Measure d(x_l, x_{l+n}) for every l, n over the probe corpus and write the run folder."""
     import torch
-
-    from layerprobe.metrics.stats import effective_rank
 
     if config.positions not in POSITIONS:
         raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprobe.errors import ConfigError, DatasetError
+from layerprobe.models.layers import text_config
 
 
 DOCS_PER_CALL = 64  # documents handed to the (fast) tokenizer at once
@@ -46,8 +47,6 @@ def document_separator(tokenizer: Any) -> list[int]:
 def sequence_limit(model: Any, tokenizer: Any) -> tuple[int, str] | None:
     """(the longest sequence the model takes, which limit that is): the model's position table where its config
     has one (a tokenizer saved with another model may say less), else the tokenizer's model_max_length."""
-    from layerprobe.models.layers import text_config
-
     config = text_config(model)
     for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
         value = getattr(config, name, None)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.config import SQUAD_DATASET
+from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import DatasetError, TaskError
 
 
@@ -211,7 +212,6 @@ class SquadTask:
 
     def prepare(self, model: Any, tokenizer: Any) -> list[str]:
         """Tokenize for this model; returns warnings when its window is shorter than 384."""
-        from layerprobe.data.packing import max_sequence_length
 
         warnings = []
         limit = max_sequence_length(model, tokenizer)

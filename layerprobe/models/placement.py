@@ -3,19 +3,18 @@ decoder and the toy residual-MLP model."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 import torch
+
+from layerprobe.errors import ConfigError
 
 PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
 
 
 def check_placements(names) -> None:
     """The one check of --norm values (gradnorm, toy, the in-house configs): an unknown name is a one-line error."""
-    import difflib
-
-    from layerprobe.errors import ConfigError
-
     for name in names:
         if name not in PLACEMENTS:
             close = difflib.get_close_matches(name, PLACEMENTS, n=1)
