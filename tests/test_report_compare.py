@@ -58,8 +58,10 @@ def test_demo_writes_three_runs_and_a_report(demo):
 def test_fresh_quick_demo_matches_the_committed_reference(demo):
     """The committed reports/demo is the baseline; a smaller fresh run must agree within loose tolerances."""
     assert (REFERENCE / "angular" / "summary.json").is_file(), "reports/demo is committed as the reference"
-    result = invoke("compare", REFERENCE, demo, "--tolerance", "angular=0.03", "--tolerance", "prune=0.25",
-                    "--tolerance", "gradnorm=0.5", "--tolerance", "variance=0.5")
+    from layerprobe.cli.demo import QUICK_TOLERANCES
+
+    assert QUICK_TOLERANCES == {"angular": 0.03, "prune": 0.25, "gradnorm": 0.5, "variance": 0.5}  # the README's
+    result = invoke("compare", REFERENCE, demo, *[f"--tolerance={k}={v}" for k, v in QUICK_TOLERANCES.items()])
     assert result.exit_code == 0, result.output
     assert "OK: all" in result.output
 
