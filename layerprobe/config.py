@@ -69,6 +69,8 @@ class AngularConfig:
     positions: str = "all"  # all tokens, or the last token of each sequence (Gromov et al.)
     out: str | None = None  # run folder; default reports/<model>/angular
     overwrite: bool = False  # replace an existing run folder instead of making a timestamped one
+    resume: bool = False  # continue an interrupted pass in --out from its last saved sums
+    save_every: float = 60.0  # seconds between saves of the running sums (the work a kill can lose)
     formats: tuple[str, ...] = ("png",)  # plot file formats
     top: int = 8  # block sizes shown in the terminal table of most prunable blocks
 

@@ -155,3 +155,31 @@ def test_misleading_hints_fixed(tokenizer, model_dirs, tmp_path):
     assert_error(invoke("prune", one, "--task", "kl", *TINY, "--out", tmp_path / "p"), "needs a model of 2 or more")
     bare = saved_llama(tmp_path / "bare", tokenizer, base=True)
     assert invoke("angular", bare, *TINY, "--layers-path", "model.layers", "--out", tmp_path / "b").exit_code == 0
+
+
+def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_file, tmp_path):
+    from layerprobe.commands.angular import run_angular
+    from layerprobe.config import AngularConfig, DataOptions, ModelOptions
+
+    def config(out, **kw):
+        return AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                             data=DataOptions(str(corpus_file), "text", 600, 32, 2), out=str(out), save_every=0, **kw)
+
+    whole = run_angular(config(tmp_path / "whole"))
+
+    def kill_after_3_batches(stage, done, total):
+        if done >= 3 * 64:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_angular(config(tmp_path / "cut"), kill_after_3_batches)
+    assert (tmp_path / "cut" / "pass.safetensors").is_file() and not (tmp_path / "cut" / "summary.json").exists()
+    assert_error(invoke("angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 600, "--seq-len", 32,
+                        "--batch-size", 4, "--device", "cpu", "--out", tmp_path / "cut", "--resume"), "different settings")
+    resumed = run_angular(config(tmp_path / "cut", resume=True))
+    for name in ("angular.csv", "layers.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / name), pd.read_csv(whole.folder / name),
+                                      check_exact=True)
+    assert not (tmp_path / "cut" / "pass.safetensors").exists() and not (tmp_path / "cut" / LOCK).exists()
+    assert_error(invoke("angular", model_dirs["llama"], "--dataset", corpus_file, "--out", tmp_path / "cut",
+                        "--resume"), "holds no unfinished angular pass")

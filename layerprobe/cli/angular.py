@@ -31,6 +31,8 @@ def angular(
     cache: bool = o.Cache,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/angular)."),
     overwrite: bool = o.Overwrite,
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted pass in --out from its last saved "
+                                "sums (saved every minute)."),
     formats: str = o.Formats,
     top: int = typer.Option(None, "--top", help="Block sizes shown in the terminal table (default 8)."),
 ) -> None:
@@ -50,6 +52,7 @@ def angular(
         positions=d.positions if positions is None else positions,
         out=out_dir or (f"{project['out']}/angular" if "out" in project else None),
         overwrite=overwrite,
+        resume=resume,
         formats=parse_formats(formats),
         top=d.top if top is None else top,
     )

@@ -11,14 +11,15 @@ from layerprobe.commands.probe import open_probe
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
-from layerprobe.errors import ConfigError, NumericsError
+from layerprobe.errors import ConfigError, NumericsError, RunError
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.resume import PassCheckpoint
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 
@@ -58,19 +59,45 @@ def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
                             "overflow this dtype; run with --dtype float32 (or bfloat16).")
 
 
-def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
+def _restore(checkpoint: PassCheckpoint | None, accumulator: Any) -> tuple[list, dict]:
+    """(sampled, counters) from a saved checkpoint (the sums go straight into the accumulator), or a fresh start."""
+    saved = checkpoint.load() if checkpoint is not None else None
+    if saved is None:
+        return [], {"batches": 0, "processed": 0, "measured_before": 0}
+    tensors, counters = saved
+    accumulator.load_state(tensors["sums"].to(accumulator.dist_sum.device))
+    layers = len(accumulator.norm_sum)
+    sampled = [(-1, [tensors[f"rank{k}"] for k in range(layers)])] if "rank0" in tensors else []
+    return sampled, counters
+
+
+def _save(checkpoint: PassCheckpoint | None, accumulator: Any, sampled: list, counters: dict, force: bool = False) -> None:
+    if checkpoint is None:
+        return
+    import torch
+
+    tensors = {"sums": accumulator.state()}
+    if sampled:
+        tensors |= {f"rank{k}": torch.cat([part[1][k] for part in sampled]) for k in range(len(sampled[0][1]))}
+    checkpoint.save(tensors, counters, force)
+
+
+def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint: PassCheckpoint | None) -> _Pass:
     """One pass over the corpus; every rank walks the same deterministic stream and computes batch i when
-    i % world size == rank."""
+    i % world size == rank. With a checkpoint (one process), the sums are saved as they grow and a resumed pass
+    skips the batches already counted: the same sums, in the same order, as an uninterrupted pass."""
     import torch
 
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
-    sampled: list[tuple[int, list]] = []
-    processed = measured_before = 0  # tokens seen / measured positions before a batch
+    sampled, counters = _restore(checkpoint, accumulator)
+    processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
     total = config.data.tokens
-    progress("tokens", 0, total)
+    progress("tokens", processed, total)
     stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
     with BlockCapture(probe.stack) as capture, torch.inference_mode():
         for index, batch in enumerate(stream):
+            if index < counters["batches"]:
+                continue  # counted before an interruption
             tokens = int(batch.attention_mask.sum())
             positions = batch.input_ids.shape[0] if config.positions == "last" else tokens
             if index % world.size == world.rank:
@@ -85,6 +112,8 @@ def _measure(config: AngularConfig, probe, world, progress: Progress) -> _Pass:
                                             for s in capture.states]))
             measured_before += positions
             processed += tokens
+            _save(checkpoint, accumulator, sampled,
+                  {"batches": index + 1, "processed": processed, "measured_before": measured_before})
             if world.main:
                 progress("tokens", processed, total)
     return _Pass(accumulator, sampled, processed)
@@ -101,14 +130,29 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     world = current_world()
     world.refuse_device_map(config.model.device_map)
     out = config.out or str(Path("reports") / slug(config.model.model) / "angular")
+    if config.resume:
+        if world.size > 1:
+            raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")
+        check_resumable(Path(out), "angular")
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
-    folder = prepare_run_dir(out, overwrite=config.overwrite) if world.main else None
+    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume) if world.main else None
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data)
+    checkpoint = None
+    if world.size == 1:
+        identity = {k: v for k, v in dataclasses.asdict(config.data).items()} | {
+            "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
+            "device_kind": probe.device.split(":")[0], "weights": probe.facts()["weights"], "seq_len": probe.seq_len}
+        checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
+        if not config.resume:
+            checkpoint.clear()
+        elif not checkpoint.path.is_file():
+            raise RunError(f"--resume: '{folder}' holds no unfinished angular pass (no {PassCheckpoint.FILE}): run "
+                           "without --resume, with --overwrite to reuse the folder.")
     per_batch = probe.seq_len * config.data.batch_size
     world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {probe.seq_len} "
                       "tokens", f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
     reset_peak_memory(probe.device)
-    done = _measure(config, probe, world, progress)
+    done = _measure(config, probe, world, progress, checkpoint)
     done.accumulator.load_state(world.sum(done.accumulator.state()))  # one all-reduce: the single-process sums
     parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
     warnings = probe.warnings
@@ -135,7 +179,10 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         "processes": world.size,
         "peak_gpu_memory_gib": peak_memory_gib(probe.device),
     }
-    return write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
+    run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
+    if checkpoint is not None:
+        checkpoint.clear()  # the outputs are written: nothing left to resume
+    return run
 
 
 def angular_tables(stats: Any, ranks: list[float] | None = None) -> tuple[Any, Any]:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError
-from layerprobe.runs.folder import check_same_settings, read_json, write_csv, write_json
+from layerprobe.runs.folder import atomic_write_bytes, check_same_settings, read_json, write_csv, write_json
 
 IDENTITY = "identity.json"
 
@@ -93,3 +93,46 @@ class JobStore:
                 path.unlink()
             if not any(self.dir.iterdir()):
                 self.dir.rmdir()
+
+
+class PassCheckpoint:
+    """<run>/pass.safetensors: a streaming pass's running sums and samples (tensors, never a pickle), its counters
+    and settings in the metadata. Saved atomically at most every `every` seconds; a resume with other settings is
+    refused; removed once the run's outputs are written."""
+
+    FILE = "pass.safetensors"
+
+    def __init__(self, folder: Path, identity: dict, every: float = 60.0) -> None:
+        import time
+
+        self.path, self.identity, self.every = folder / self.FILE, as_saved(identity), every
+        self.clock = time.monotonic
+        self.saved_at = self.clock()
+
+    def load(self) -> tuple[dict, dict] | None:
+        """(tensors, counters) of the last save, or None when there is none."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
+        if not self.path.is_file():
+            return None
+        try:
+            data = self.path.read_bytes()
+            tensors = load(data)
+            header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])["__metadata__"]
+        except (OSError, SafetensorError, ValueError, KeyError) as exc:
+            raise RunError(f"'{self.path}' is unreadable ({exc}): run again without --resume.") from None
+        check_same_settings(self.path.parent, json.loads(header["identity"]), self.identity)
+        return tensors, json.loads(header["counters"])
+
+    def save(self, tensors: dict, counters: dict, force: bool = False) -> None:
+        from safetensors.torch import save
+
+        if not force and self.clock() - self.saved_at < self.every:
+            return
+        metadata = {"identity": json.dumps(self.identity), "counters": json.dumps(counters)}
+        atomic_write_bytes(self.path, save({k: v.contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
+        self.saved_at = self.clock()
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
