@@ -223,3 +223,32 @@ def test_fewshot_contexts_repeat_across_evaluations(model_dirs, fewshot_dir):
         first, second = task.evaluate(lm), task.evaluate(lm)
     assert len(seen) == 2 and seen[0] == seen[1]
     assert len({args[0] for args in seen[0]}) > 1 and first == second
+
+
+def test_a_sweep_resumed_after_the_baseline_shares_the_prefix_again(model_dirs, fewshot_dir, tmp_path):
+    """Killed after the baseline and one variant: the resumed sweep answers the rest from one shared pass (no
+    per-variant scoring), equals the uninterrupted sweep, counts both parts' seconds, and removes leftover temps."""
+    from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+
+    def config(out, **kw):
+        return PruneConfig(task="shot_mc", include_path=str(fewshot_dir), out=str(out), **kw,
+                           model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                           data=DataOptions("builtin", "text", 64, 32, 4))
+
+    whole = run_prune(config(tmp_path / "whole"))
+
+    def kill_after_one_variant(stage, done, total):
+        if stage == "variants" and done == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune(config(tmp_path / "cut"), kill_after_one_variant)
+    before = json.loads((tmp_path / "cut" / "state.json").read_text())["seconds_before"]
+    (tmp_path / "cut" / ".prune.csv.abc.tmp").write_text("half")  # as a kill mid-write leaves it
+    resumed = run_prune(config(tmp_path / "cut", resume=True))
+    pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"),
+                                  check_exact=True)
+    assert resumed.summary["shared_prefix"] is not None and not any("per variant" in w for w in resumed.warnings)
+    assert resumed.summary["seconds"] > before > 0
+    assert not list((tmp_path / "cut").glob(".*.tmp"))

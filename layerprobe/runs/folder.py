@@ -154,6 +154,9 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     if path.exists() and not path.is_dir():
         raise RunError(f"--out '{out}' is a file: pass a folder path.")
+    if resume:
+        for leftover in path.glob(".*.tmp"):  # a write a kill cut short: never read, removed
+            leftover.unlink(missing_ok=True)
     try:
         for _ in range(100):
             if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):

@@ -28,7 +28,10 @@ class Ledger:
     def __init__(self, folder: Path, identity: dict, resume: bool, columns: list[str], table: str = "prune") -> None:
         import pandas as pd
 
+        import time
+
         self.folder, self.identity, self.columns = folder, as_saved(identity), columns
+        self.clock, self.started = time.perf_counter, time.perf_counter()
         self.csv = folder / f"{table}.csv"
         self.rows: list[dict] = []
         self.state: dict = {}
@@ -45,9 +48,14 @@ class Ledger:
     def done(self) -> set[str]:
         return {str(r["removed"]) for r in self.rows}
 
+    def seconds(self) -> float:
+        """This sweep's working time: the earlier, interrupted parts' (saved with the state) and this one's."""
+        return float(self.state.get("seconds_before", 0.0)) + self.clock() - self.started
+
     def save_state(self, **state: Any) -> None:
+        before = float(self.state.get("seconds_before", 0.0))
         self.state.update(state, identity=self.identity)
-        write_json(self.folder / "state.json", self.state)
+        write_json(self.folder / "state.json", {**self.state, "seconds_before": before + self.clock() - self.started})
 
     def add(self, rows: list[dict]) -> None:
         import pandas as pd

@@ -73,8 +73,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
                           "variants": [v.label for v in variants]}
     facts |= task.facts(job)
-    run = write_prune_outputs(folder, job.ledger.rows, config, facts, higher, started,
-                              time.perf_counter() - clock, job.warnings)
+    # seconds: this process's, plus the working time of the interrupted parts a --resume continued
+    seconds = time.perf_counter() - clock + float(job.ledger.state.get("seconds_before", 0.0))
+    run = write_prune_outputs(folder, job.ledger.rows, config, facts, higher, started, seconds, job.warnings)
     if world.size == 1:
         return run
     folders = world.gather(str(run.folder))  # also waits for every rank's shard

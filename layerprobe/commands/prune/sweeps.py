@@ -213,15 +213,19 @@ class HarnessSweep:
 
         config, harness, ledger = self.config, self.harness, job.ledger
         shared = config.shared_prefix and harness.output_types != {"generate_until"}
+        left = [v for v in job.variants if v.label not in ledger.done()]  # all of them unless resumed
         lm = wrap_model(job.probe.model, job.probe.tokenizer, config.data.batch_size, job.probe.stack,
-                        job.variants if shared else None, config.max_memory)
+                        left if shared else None, config.max_memory)
 
         def select(label: str | None) -> None:
             if shared:
                 lm.active = label
 
-        # resumed after the baseline: the store of variant answers is gone, the rest is scored per variant
-        resumed = ledger.state.get("baseline") is not None and len(ledger.done()) < len(job.variants)
+        if shared and left and ledger.state.get("baseline") is not None:
+            # resumed after the baseline: one shared pass stores the remaining variants' answers again (the saved
+            # baseline is kept), and they are answered from it as in an uninterrupted sweep
+            select(None)
+            harness.evaluate(lm)
         baseline = evaluate_variants(harness.evaluate, lm, job, select)
         if shared and "generate_until" in harness.output_types:
             job.warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood "
@@ -231,8 +235,6 @@ class HarnessSweep:
             if lm.chosen["batch_size"] < lm.chosen["asked"]:
                 job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
                                     f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
-        if shared and resumed:
-            job.warnings.append("Resumed after the baseline: the remaining variants were scored per variant.")
         metric = check_metric(config.metric, list(baseline))
         return bool(harness.higher_is_better().get(metric.split("[")[0], True))
 
