@@ -141,7 +141,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if world.size == 1:
         identity = {k: v for k, v in dataclasses.asdict(config.data).items()} | {
             "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
-            "device_kind": probe.device.split(":")[0], "weights": probe.facts()["weights"], "seq_len": probe.seq_len}
+            "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len}
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
             checkpoint.clear()

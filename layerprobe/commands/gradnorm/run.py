@@ -23,7 +23,7 @@ from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
-from layerprobe.runs.manifest import start_time, weights_fingerprint
+from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import JobStore
 
 
@@ -239,8 +239,7 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
     loaded = subjects.cases[0][1]
     identity |= {"resolved_dtype": subjects.dtype, "device_kind": str(subjects.device).split(":")[0],
-                 "weights": (f"sha256:{loaded.gguf['sha256']}" if loaded.gguf else weights_fingerprint(loaded.path))
-                 if loaded is not None and loaded.path else None}
+                 "weights": loaded.fingerprint() if loaded is not None else None}
     store = None
     folder = None
     if world.main:
