@@ -16,7 +16,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from layerprobe.errors import ModelLoadError, first_line
 
