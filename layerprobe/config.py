@@ -71,11 +71,26 @@ class AngularConfig:
     overwrite: bool = False  # replace an existing run folder instead of making a timestamped one
     resume: bool = False  # continue an interrupted pass in --out from its last saved sums
     save_every: float = 60.0  # seconds between saves of the running sums (the work a kill can lose)
+    lens_tokens: int = 1024  # causal LMs: positions for the logit-lens column of layers.csv (0: none)
     formats: tuple[str, ...] = ("png",)  # plot file formats
     top: int = 8  # block sizes shown in the terminal table of most prunable blocks
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+CURVE_STRATEGIES = ("angular", "bi", "greedy", "last")
+
+
+@dataclass
+class CurveSettings:
+    """`prune --curve`: for k = 1..max_removed, the k layers each strategy removes, scored on the task."""
+
+    strategies: tuple[str, ...] = CURVE_STRATEGIES
+    max_removed: int | None = None  # largest k (None: max_fraction of the layers)
+    max_fraction: float = 0.5  # largest fraction of the layers removed, when max_removed is not given
+    greedy_metric: str = "kl"  # task-free metric the greedy strategy minimizes on the probe corpus (kl or ppl)
+    keep: float = 0.95  # "within tolerance": score >= keep x baseline (higher-is-better), <= baseline / keep else
 
 
 @dataclass
@@ -91,6 +106,8 @@ class PruneConfig:
     limit: float | None = None  # lm-eval: first N documents per task (fraction when < 1)
     layers: str | None = None  # restrict variants to these start layers, e.g. "0,3,8-11"
     block: int = 1  # remove this many consecutive layers per variant
+    part: str = "block"  # what is removed of each chosen layer: the whole block, or only its attn or mlp sub-layer
+    curve: CurveSettings | None = None  # --curve: removal curves by strategy instead of a one-layer-at-a-time sweep
     metric: str | None = None  # metric for the summary and plot (default: the task's first)
     shard: str | None = None  # "K/N": evaluate only the K-th of N disjoint slices of the variants (join with merge)
     shared_prefix: bool = True  # restart each variant from the stored block input (task-free and lm-eval)

@@ -27,11 +27,12 @@ class BlockCall:
         return block_hidden(block(hidden, *self.args, **self.kwargs))
 
 
-def replay_from(blocks: list, calls: list, hidden: Any, start: int) -> Any:
-    """Run blocks[start:] on `hidden`, each with the arguments its recorded call had: the state after the last
-    block of a model whose blocks before `start` produced `hidden` (shared-prefix pruning)."""
+def replay_from(blocks: list, calls: list, hidden: Any, start: int, skip: frozenset | set = frozenset()) -> Any:
+    """Run blocks[start:] but those in `skip` on `hidden`, each with the arguments its recorded call had: the
+    state after the last block of a model whose blocks before `start` produced `hidden` (shared-prefix pruning)."""
     for j in range(start, len(blocks)):
-        hidden = calls[j].run(blocks[j], hidden)
+        if j not in skip:
+            hidden = calls[j].run(blocks[j], hidden)
     return hidden
 
 

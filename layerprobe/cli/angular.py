@@ -33,6 +33,10 @@ def angular(
     overwrite: bool = o.Overwrite,
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted pass in --out from its last saved "
                                 "sums (saved every minute)."),
+    save_every: float = typer.Option(None, "--save-every", help="Seconds between saves of the running sums for "
+                                     "--resume (default 60; 0 saves after every batch)."),
+    lens_tokens: int = typer.Option(None, "--lens-tokens", help="Causal LMs: token positions for the logit-lens "
+                                    "column of layers.csv (default 1024; 0 skips it)."),
     formats: str = o.Formats,
     top: int = typer.Option(None, "--top", help="Block sizes shown in the terminal table (default 8)."),
 ) -> None:
@@ -53,6 +57,8 @@ def angular(
         out=out_dir or (f"{project['out']}/angular" if "out" in project else None),
         overwrite=overwrite,
         resume=resume,
+        save_every=d.save_every if save_every is None else save_every,
+        lens_tokens=d.lens_tokens if lens_tokens is None else lens_tokens,
         formats=parse_formats(formats),
         top=d.top if top is None else top,
     )

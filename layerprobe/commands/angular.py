@@ -14,8 +14,12 @@ from layerprobe.distributed import current_world
 from layerprobe.errors import ConfigError, NumericsError, RunError
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
+from layerprobe.metrics.lens import LensAccumulator
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
+from layerprobe.models.layers import ENCODER_MODEL_TYPES
+from layerprobe.models.load import peek_model_type
+from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
@@ -45,6 +49,7 @@ class _Pass:
     accumulator: Any  # metrics.angular.AngularAccumulator
     sampled: list  # (batch index, per-layer token vectors)
     processed: int  # tokens of all ranks' batches seen
+    lens: Any = None  # metrics.lens.LensAccumulator (causal LMs with a trained head), else None
 
 
 def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
@@ -59,38 +64,65 @@ def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
                             "overflow this dtype; run with --dtype float32 (or bfloat16).")
 
 
-def _restore(checkpoint: PassCheckpoint | None, accumulator: Any) -> tuple[list, dict]:
-    """(sampled, counters) from a saved checkpoint (the sums go straight into the accumulator), or a fresh start."""
+def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any) -> tuple[list, dict]:
+    """(sampled, counters) from a saved checkpoint (the sums go straight into the accumulators), or a fresh start."""
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is None:
         return [], {"batches": 0, "processed": 0, "measured_before": 0}
     tensors, counters = saved
     accumulator.load_state(tensors["sums"].to(accumulator.dist_sum.device))
+    if lens is not None:
+        lens.load_state(tensors["lens"])
     layers = len(accumulator.norm_sum)
     sampled = [(-1, [tensors[f"rank{k}"] for k in range(layers)])] if "rank0" in tensors else []
     return sampled, counters
 
 
-def _save(checkpoint: PassCheckpoint | None, accumulator: Any, sampled: list, counters: dict, force: bool = False) -> None:
+def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force: bool = False) -> None:
     if checkpoint is None:
         return
     import torch
 
-    tensors = {"sums": accumulator.state()}
+    sampled = done.sampled
+    tensors = {"sums": done.accumulator.state()} | ({"lens": done.lens.state()} if done.lens is not None else {})
     if sampled:
         tensors |= {f"rank{k}": torch.cat([part[1][k] for part in sampled]) for k in range(len(sampled[0][1]))}
     checkpoint.save(tensors, counters, force)
 
 
-def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint: PassCheckpoint | None) -> _Pass:
+def _lens_update(done: _Pass, probe: Any, states: list, rows: Any, measured_before: int) -> None:
+    """The logit lens on the first lens-tokens measured positions (in stream order, as in one process)."""
+    import torch
+
+    take = rows[: max(done.lens.limit - measured_before, 0)]
+    if take.numel() == 0:
+        return
+    picked = [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)) for s in states]  # K x (positions, d)
+    model = probe.model
+    with tail_only(model, probe.stack) as replay:
+        def head(x: Any) -> Any:  # (positions, d) -> (positions, V): the model's own final norm and head
+            replay.value = x.unsqueeze(1)
+            dummy = torch.zeros(x.shape[0], 1, dtype=torch.long, device=x.device)
+            return model(input_ids=dummy).logits[:, 0]
+
+        done.lens.update(head, picked)
+        replay.value = None
+
+
+def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint: PassCheckpoint | None,
+             lens: bool = False) -> _Pass:
     """One pass over the corpus; every rank walks the same deterministic stream and computes batch i when
     i % world size == rank. With a checkpoint (one process), the sums are saved as they grow and a resumed pass
     skips the batches already counted: the same sums, in the same order, as an uninterrupted pass."""
     import torch
 
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
-    sampled, counters = _restore(checkpoint, accumulator)
+    done = _Pass(accumulator, [], 0, LensAccumulator(len(probe.stack) + 1, config.lens_tokens) if lens else None)
+    done.sampled, counters = _restore(checkpoint, accumulator, done.lens)
+    sampled = done.sampled
     processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
+    # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
+    forward = probe.model.base_model if lens else probe.model
     total = config.data.tokens
     progress("tokens", processed, total)
     stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
@@ -102,21 +134,23 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
             positions = batch.input_ids.shape[0] if config.positions == "last" else tokens
             if index % world.size == world.rank:
                 ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
-                probe.model(input_ids=ids, attention_mask=mask)
+                forward(input_ids=ids, attention_mask=mask)
                 rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
                 accumulator.update(capture.states, rows)
                 _check_finite(accumulator, index, probe.loaded.dtype)
+                if done.lens is not None:
+                    _lens_update(done, probe, capture.states, rows, measured_before)
                 if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
                     take = rows[: RANK_SAMPLE - measured_before]
                     sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()
                                             for s in capture.states]))
             measured_before += positions
             processed += tokens
-            _save(checkpoint, accumulator, sampled,
-                  {"batches": index + 1, "processed": processed, "measured_before": measured_before})
+            done.processed = processed
+            _save(checkpoint, done, {"batches": index + 1, "processed": processed, "measured_before": measured_before})
             if world.main:
                 progress("tokens", processed, total)
-    return _Pass(accumulator, sampled, processed)
+    return done
 
 
 @abandons_on_error
@@ -136,12 +170,20 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         check_resumable(Path(out), "angular")
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume) if world.main else None
-    probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data)
+    head = lens_head(config)
+    probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
+                       head=head)
+    lens = head == "causal-lm"
+    if lens and probe.loaded.new_head:
+        probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "
+                              "missing); logit_lens_kl is left empty.")
+        lens = False
     checkpoint = None
     if world.size == 1:
         identity = {k: v for k, v in dataclasses.asdict(config.data).items()} | {
             "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
-            "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len}
+            "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len,
+            "lens_tokens": config.lens_tokens if lens else 0, "sums": 2}  # sums 2: with Block Influence
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
             checkpoint.clear()
@@ -152,8 +194,10 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {probe.seq_len} "
                       "tokens", f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
     reset_peak_memory(probe.device)
-    done = _measure(config, probe, world, progress, checkpoint)
+    done = _measure(config, probe, world, progress, checkpoint, lens)
     done.accumulator.load_state(world.sum(done.accumulator.state()))  # one all-reduce: the single-process sums
+    if done.lens is not None:
+        done.lens.load_state(world.sum(done.lens.state()))
     parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
     warnings = probe.warnings
     if done.processed == 0:
@@ -178,14 +222,28 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         "rank_tokens": sum(p[1][0].shape[0] for p in parts),
         "processes": world.size,
         "peak_gpu_memory_gib": peak_memory_gib(probe.device),
+        "logit_lens_tokens": done.lens.tokens if done.lens is not None else 0,
     }
-    run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks)
+    run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks,
+                            done.lens.result().numpy() if done.lens is not None else None)
     if checkpoint is not None:
         checkpoint.clear()  # the outputs are written: nothing left to resume
     return run
 
 
-def angular_tables(stats: Any, ranks: list[float] | None = None) -> tuple[Any, Any]:
+def lens_head(config: AngularConfig) -> str:
+    """'causal-lm' when the logit lens is asked for (--lens-tokens > 0) and the model is a causal LM, else 'base'."""
+    if config.lens_tokens <= 0:
+        return "base"
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    model_type = peek_model_type(config.model.model, config.model.revision, config.model.trust_remote_code,
+                                 config.model.gguf_file)
+    causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ENCODER_MODEL_TYPES
+    return "causal-lm" if causal else "base"
+
+
+def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = None) -> tuple[Any, Any]:
     """(angular: one row per (l, n), layers: one row per x_l) from the accumulated statistics."""
     import numpy as np
     import pandas as pd
@@ -208,15 +266,21 @@ def angular_tables(stats: Any, ranks: list[float] | None = None) -> tuple[Any, A
             "cos_input": stats.cos_input.numpy(),
             "tokens": stats.tokens,
             "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
+            # ShortGPT's Block Influence of block l: 1 - mean cos(x_l, x_{l+1}), every measured position
+            "block_influence": ([1.0 - c for c in stats.cos_next.tolist()] if stats.cos_next is not None
+                                else [np.nan] * num_layers) + [np.nan],
+            # mean KL(p_L || p_l): what the model's own final norm and head read from x_l, vs its output
+            "logit_lens_kl": lens if lens is not None else [np.nan] * (num_layers + 1),
         }
     )
     return angular, layers
 
 
 def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConfig, started: str,
-                      seconds: float, warnings: list[str], ranks: list[float] | None = None) -> AngularRun:
+                      seconds: float, warnings: list[str], ranks: list[float] | None = None,
+                      lens: Any = None) -> AngularRun:
     """angular.csv, layers.csv, heatmap, summary.json, manifest.json."""
-    angular, layers = angular_tables(stats, ranks)
+    angular, layers = angular_tables(stats, ranks, lens)
     best = angular.loc[angular.groupby("n")["distance"].idxmin()]
     best_per_n = [
         {"n": int(r.n), "layer": int(r.layer), "layers": f"{int(r.layer)}-{int(r.layer + r.n - 1)}", "distance": float(r.distance)}

@@ -138,7 +138,7 @@ def _reuse_requests(task: Any) -> None:
 
 
 def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None,
-               max_memory: int | None = None) -> Any:
+               max_memory: int | None = None, part: str = "block") -> Any:
     """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it).
 
     With stack and variants: the shared-prefix LM that scores every variant during the baseline pass.
@@ -147,7 +147,7 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
     if variants:
         from layerprobe.evaluation.shared_lm import shared_prefix_lm
 
-        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory)
+        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part)
     else:
         from lm_eval.models.huggingface import HFLM
 

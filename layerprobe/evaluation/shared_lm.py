@@ -27,19 +27,19 @@ try:  # moved between lm-eval releases
 except ImportError:  # pragma: no cover - older lm-eval
     from lm_eval.models.utils import pad_and_concat
 
-from layerprobe.evaluation.taskfree import tail_only
+from layerprobe.evaluation.taskfree import replay_variant, tail_only
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture, replay_from
+from layerprobe.hooks import BlockCapture
 from layerprobe.models.layers import BlockStack
 
 log = logging.getLogger(__name__)
 
 
 def shared_prefix_lm(model: Any, tokenizer: Any, batch_size: int, stack: BlockStack, variants: list[Variant],
-                     max_memory: int | None = None) -> Any:
+                     max_memory: int | None = None, part: str = "block") -> Any:
     """An lm-eval LM that scores every variant of the sweep while the unpruned model is evaluated."""
     lm = SharedPrefixLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    lm.attach(stack, variants, max_memory)
+    lm.attach(stack, variants, max_memory, part)
     return lm
 
 
@@ -65,8 +65,9 @@ def bytes_per_sequence(model: Any, stack: BlockStack, width: int) -> int:
 class SharedPrefixLM(HFLM):
     """HFLM whose loglikelihood pass for the unpruned model also answers every variant (see module doc)."""
 
-    def attach(self, stack: BlockStack, variants: list[Variant], max_memory: int | None = None) -> None:
-        self.stack, self.variants = stack, variants
+    def attach(self, stack: BlockStack, variants: list[Variant], max_memory: int | None = None,
+               part: str = "block") -> None:
+        self.stack, self.variants, self.part = stack, variants, part
         self.max_memory = max_memory  # bytes for the stored block inputs and logits of a batch (None: default)
         self.chosen: dict | None = None  # what the batch-size choice was, for the run's summary
         self.active: str | None = None  # None: the unpruned model (computes and stores every variant)
@@ -162,13 +163,12 @@ class SharedPrefixLM(HFLM):
         flat = logits.reshape(-1, logits.shape[-1])
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
         del logits, flat
-        blocks = list(self.stack.blocks)
         dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
         with torch.no_grad(), tail_only(self.model, self.stack) as replay:
             replay.as_tuple = as_tuple
             for variant in self.variants:
                 # (batch, width, d): the same with or without the variant's layers up to its first removed block
-                hidden = replay_from(blocks, calls, states[variant.start], variant.start + variant.block)
+                hidden = replay_variant(self.model, self.stack, calls, states, variant, self.part)
                 # (positions, 1, d): one position per row, so absolute position tables never run out
                 replay.value = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index).unsqueeze(1)
                 tail = self.model(dummy).logits[:, 0]  # (positions, vocab): final norm and head, positions only

@@ -9,8 +9,6 @@ whole model, for about half the block-forwards.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +17,7 @@ import torch
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture, replay_from
 from layerprobe.models.layers import BlockStack
-from layerprobe.models.surgery import removed_layers
+from layerprobe.models.surgery import removed, removed_sublayers, tail_only
 
 # metric -> (model head it needs, what it means)
 METRICS = {
@@ -27,27 +25,6 @@ METRICS = {
     "kl": ("causal-lm", "mean KL(original || pruned) of next-token distributions"),
     "drift": ("base", "mean 1 - cosine of the final hidden states against the original"),
 }
-
-
-class _Replay(torch.nn.Module):
-    """Stands in for the whole block stack: returns a hidden state computed elsewhere."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.value: torch.Tensor | None = None
-        self.as_tuple = False
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return (self.value,) if self.as_tuple else self.value
-
-
-@contextmanager
-def tail_only(model: Any, stack: BlockStack) -> Iterator[_Replay]:
-    """While active, model(...) skips its blocks and runs embeddings -> replay.value -> final norm, head."""
-    replay = _Replay()
-    with removed_layers(model, range(1, len(stack)), stack) as single:
-        single.blocks[0] = replay  # replaces an entry of the temporary list only
-        yield replay
 
 
 def model_output(output: Any) -> torch.Tensor:
@@ -101,30 +78,40 @@ def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: S
         sums.add(None, (float("nan"), 0))
 
 
+def replay_variant(model: Any, stack: BlockStack, calls: list, states: list, variant: Variant,
+                   part: str = "block") -> torch.Tensor:
+    """The last block's output of the model without the variant's layers (or without their attention or MLP
+    sub-layers), restarted from the stored input of its first removed block: states[l] is the same with or without
+    the variant up to there. The blocks are run with the arguments their recorded calls had."""
+    blocks = list(stack.blocks)
+    if part == "block":
+        return replay_from(blocks, calls, states[variant.start], variant.start, skip=set(variant.removed))
+    with removed_sublayers(model, variant.removed, part, stack):
+        return replay_from(blocks, calls, states[variant.start], variant.start)
+
+
 def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
-                       ids: torch.Tensor, mask: torch.Tensor, sums: Sums) -> None:
+                       ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
     """One original forward; each variant restarts from the stored input of its first removed block."""
     with BlockCapture(stack, keep_calls=True) as capture:
         original = model_output(model(input_ids=ids, attention_mask=mask))
         states, calls, as_tuple = list(capture.states), list(capture.calls), capture.output_is_tuple
     add_baseline(metric, original, ids, sums)
-    blocks = list(stack.blocks)
     with tail_only(model, stack) as replay:
         replay.as_tuple = as_tuple
         for variant in variants:
-            # (batch, seq, d): identical in original and variant up to the variant's first removed block
-            replay.value = replay_from(blocks, calls, states[variant.start], variant.start + variant.block)
+            replay.value = replay_variant(model, stack, calls, states, variant, part)  # (batch, seq, d)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
             sums.add(variant.label, metric_sum(metric, original, pruned, ids))
         replay.value = None
 
 
 def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
-                      ids: torch.Tensor, mask: torch.Tensor, sums: Sums) -> None:
+                      ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
     """The plain way: delete the layers, run the whole model, restore; per variant."""
     original = model_output(model(input_ids=ids, attention_mask=mask))
     add_baseline(metric, original, ids, sums)
     for variant in variants:
-        with removed_layers(model, variant.removed, stack):
+        with removed(model, variant.removed, part, stack):
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
         sums.add(variant.label, metric_sum(metric, original, pruned, ids))

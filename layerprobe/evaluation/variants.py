@@ -8,20 +8,44 @@ from dataclasses import dataclass
 from layerprobe.errors import ConfigError
 
 
+PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
+
+
 @dataclass(frozen=True)
 class Variant:
-    """Remove layers start .. start+block-1."""
+    """Remove layers start .. start+block-1, or any set of layers (`ids`, removal curves)."""
 
     start: int
     block: int = 1
+    ids: tuple[int, ...] | None = None  # sorted layer ids; None: the consecutive block from start
+
+    @classmethod
+    def of(cls, ids: list[int] | tuple[int, ...]) -> Variant:
+        """The variant removing exactly these layers (a consecutive run is an ordinary block)."""
+        chosen = tuple(sorted(set(ids)))
+        if chosen == tuple(range(chosen[0], chosen[0] + len(chosen))):
+            return cls(chosen[0], len(chosen))
+        return cls(chosen[0], len(chosen), chosen)
 
     @property
     def removed(self) -> list[int]:
-        return list(range(self.start, self.start + self.block))
+        return list(self.ids) if self.ids is not None else list(range(self.start, self.start + self.block))
 
     @property
     def label(self) -> str:
-        return str(self.start) if self.block == 1 else f"{self.start}-{self.start + self.block - 1}"
+        return ranges_label(self.removed)
+
+
+def ranges_label(ids: list[int]) -> str:
+    """[3, 7, 8, 9] -> '3,7-9': 0-based block ids, ranges inclusive at both ends."""
+    parts: list[str] = []
+    for index in sorted(ids):
+        if parts and index == last + 1:
+            parts[-1] = f"{parts[-1].split('-')[0]}-{index}"
+        else:
+            parts.append(str(index))
+        last = index
+    return ",".join(parts)
 
 
 def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:

@@ -31,6 +31,7 @@ class AngularStats:
     variance: torch.Tensor  # (K,) mean per-token variance of x_l over hidden units
     cos_input: torch.Tensor  # (K,) mean cosine of x_l with x_0
     tokens: int
+    cos_next: torch.Tensor | None = None  # (K-1,) mean cosine of x_l with x_{l+1}: Block Influence = 1 - cos_next
 
 
 class AngularAccumulator:
@@ -43,6 +44,7 @@ class AngularAccumulator:
         self.norm_sum = torch.zeros(k, dtype=torch.float64, device=device)
         self.var_sum = torch.zeros(k, dtype=torch.float64, device=device)
         self.cos0_sum = torch.zeros(k, dtype=torch.float64, device=device)
+        self.cos_next_sum = torch.zeros(k - 1, dtype=torch.float64, device=device)
         self.tokens = 0
         self._scratch: torch.Tensor | None = None
 
@@ -65,6 +67,7 @@ class AngularAccumulator:
             cos, sq = cosine_gram(x)  # (t, K, K), (t, K)
             self.dist_sum += torch.arccos(cos).sum(0) / math.pi
             self.cos0_sum += cos[:, :, 0].sum(0)
+            self.cos_next_sum += cos.diagonal(offset=1, dim1=1, dim2=2).sum(0)
             self.norm_sum += sq.sqrt().sum(0)
             mean = x.mean(-1)  # (t, K)
             self.var_sum += (sq / d - mean * mean).sum(0)
@@ -80,12 +83,16 @@ class AngularAccumulator:
     def state(self) -> torch.Tensor:
         """All sums in one flat float64 vector (for an all-reduce across processes)."""
         count = torch.tensor([float(self.tokens)], dtype=torch.float64, device=self.dist_sum.device)
-        return torch.cat([self.dist_sum.flatten(), self.norm_sum, self.var_sum, self.cos0_sum, count])
+        return torch.cat([self.dist_sum.flatten(), self.norm_sum, self.var_sum, self.cos0_sum, self.cos_next_sum,
+                          count])
 
     def load_state(self, flat: torch.Tensor) -> None:
         k = self.num_states
+        if flat.numel() != k * k + 4 * k:
+            raise ValueError(f"saved sums hold {flat.numel()} values, not the {k * k + 4 * k} of {k} states")
         self.dist_sum = flat[: k * k].view(k, k).clone()
         self.norm_sum, self.var_sum, self.cos0_sum = (flat[k * k + i * k : k * k + (i + 1) * k].clone() for i in range(3))
+        self.cos_next_sum = flat[k * k + 3 * k : k * k + 4 * k - 1].clone()
         self.tokens = int(flat[-1].item())
 
     def result(self) -> AngularStats:
@@ -96,4 +103,5 @@ class AngularAccumulator:
             variance=(self.var_sum / n).cpu(),
             cos_input=(self.cos0_sum / n).cpu(),
             tokens=self.tokens,
+            cos_next=(self.cos_next_sum / n).cpu(),
         )

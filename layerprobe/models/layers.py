@@ -17,6 +17,47 @@ ENCODER_MODEL_TYPES = {
     "mpnet", "camembert", "modernbert", "nomic_bert", "megatron-bert", "ernie",
 }
 
+# The sub-layers a block adds to its residual stream (--part attn|mlp), by attribute name, first found wins.
+# Removing one replaces its output by zero: the block passes its residual on unchanged through that branch.
+SUBLAYER_NAMES = {
+    "attn": ("self_attn", "attn", "attention", "self_attention"),
+    "mlp": ("mlp", "block_sparse_moe", "feed_forward", "ffn"),
+}
+# Families whose sub-layer module adds the residual itself (Post-LN BERT: LayerNorm(x + f(x)) inside `attention`
+# and `output`; BLOOM): (module, the forward argument that carries the residual); removed, it returns that input.
+_BERT_LIKE = {"attn": ("attention", "hidden_states"), "mlp": ("output", "input_tensor")}
+RESIDUAL_INSIDE = {
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "camembert", "electra", "deberta", "deberta-v2", "mpnet",
+                     "megatron-bert", "ernie"), _BERT_LIKE),
+    "bloom": {"attn": ("self_attention", "residual"), "mlp": ("mlp", "residual")},
+}
+
+
+@dataclass
+class Sublayer:
+    """Where one sub-layer of a block lives and how to remove it."""
+
+    module: Any  # the nn.Module whose output is replaced
+    residual_arg: str | None  # None: output := 0; else output := this forward argument (the residual)
+
+
+def find_sublayer(model: Any, block: Any, part: str) -> Sublayer:
+    """The attention (part='attn') or MLP ('mlp') sub-layer of a block, from the table above."""
+    import torch.nn as nn
+
+    model_type = getattr(text_config(model), "model_type", None)
+    inside = RESIDUAL_INSIDE.get(model_type, {}).get(part)
+    names = (inside[0],) if inside else SUBLAYER_NAMES[part]
+    for name in names:
+        module = getattr(block, name, None)
+        if isinstance(module, nn.Module):
+            return Sublayer(module, inside[1] if inside else None)
+    children = ", ".join(name for name, _ in block.named_children()) or "none"
+    raise ArchitectureError(
+        f"--part {part}: {type(block).__name__} ({model_type}) has no {part} sub-layer layerprobe knows (looked for "
+        f"{', '.join(names)}; the block has {children}): use --part block."
+    )
+
 
 @dataclass
 class BlockStack:

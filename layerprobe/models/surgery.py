@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
-from layerprobe.models.layers import BlockStack, find_blocks, layer_index_owners, text_config
+from layerprobe.models.layers import BlockStack, find_blocks, find_sublayer, layer_index_owners, text_config
 
 
 def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
@@ -21,6 +21,33 @@ def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
     if len(chosen) >= num_layers:
         raise ArchitectureError(f"Cannot remove all {num_layers} layers: keep at least one.")
     return chosen
+
+
+def _replay_module() -> Any:
+    import torch.nn as nn
+
+    class _Replay(nn.Module):
+        """Stands in for the whole block stack: returns a hidden state computed elsewhere."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.value: Any = None  # (batch, seq, d), set before each call
+            self.as_tuple = False
+
+        def forward(self, *args: Any, **kwargs: Any) -> Any:
+            return (self.value,) if self.as_tuple else self.value
+
+    return _Replay()
+
+
+@contextmanager
+def tail_only(model: Any, stack: BlockStack) -> Iterator[Any]:
+    """While active, model(...) skips its blocks and runs embeddings -> replay.value -> final norm, head: the model's
+    own tail on a hidden state computed elsewhere (shared-prefix pruning, the logit lens)."""
+    replay = _replay_module()
+    with removed_layers(model, range(1, len(stack)), stack) as single:
+        single.blocks[0] = replay  # replaces an entry of the temporary list only
+        yield replay
 
 
 @contextmanager
@@ -58,3 +85,55 @@ def removed_layers(model: Any, indices: Iterable[int], stack: BlockStack | None 
             config.layer_types = saved_types
         for m, value in saved_idx:
             m.layer_idx = value
+
+
+def _removed_output(sublayer: Any):
+    """A forward hook that replaces the sub-layer's output (a tensor, or the first item of a tuple) by what a
+    removed sub-layer gives: zero, or the residual argument for families whose sub-layer adds it itself."""
+    import inspect
+
+    import torch
+
+    signature = inspect.signature(sublayer.module.forward)
+
+    def hook(module, args, kwargs, output):
+        first = output[0] if isinstance(output, tuple) else output
+        if sublayer.residual_arg is None:
+            value = torch.zeros_like(first)
+        else:
+            value = signature.bind_partial(*args, **kwargs).arguments[sublayer.residual_arg]
+        return (value, *output[1:]) if isinstance(output, tuple) else value
+
+    return hook
+
+
+@contextmanager
+def removed_sublayers(model: Any, indices: Iterable[int], part: str, stack: BlockStack | None = None) -> Iterator[None]:
+    """Remove the attention (part='attn') or MLP ('mlp') sub-layer of the chosen blocks, keeping the residual path:
+    forward hooks, all removed on exit. The blocks themselves stay, so layer ids and caches are unchanged."""
+    stack = stack or find_blocks(model)
+    chosen = sorted(set(indices))
+    bad = [i for i in chosen if not 0 <= i < len(stack)]
+    if bad:
+        raise ArchitectureError(f"Layer(s) {', '.join(map(str, bad))} out of range: the model has layers "
+                                f"0..{len(stack) - 1}.")
+    handles = []
+    try:
+        for index in chosen:
+            sublayer = find_sublayer(model, stack.blocks[index], part)
+            handles.append(sublayer.module.register_forward_hook(_removed_output(sublayer), with_kwargs=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def removed(model: Any, indices: Iterable[int], part: str = "block", stack: BlockStack | None = None) -> Iterator[None]:
+    """Whole blocks (part='block') or one kind of sub-layer of each (attn, mlp) removed, undone on exit."""
+    if part == "block":
+        with removed_layers(model, indices, stack):
+            yield
+    else:
+        with removed_sublayers(model, indices, part, stack):
+            yield

@@ -15,7 +15,7 @@ from layerprobe.errors import ConfigError, NumericsError, TaskError
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
-from layerprobe.models.surgery import removed_layers
+from layerprobe.models.surgery import removed
 from layerprobe.progress import Progress
 from layerprobe.runs.resume import Ledger
 
@@ -67,7 +67,7 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
         if variant.label in done:
             continue
         select(variant.label)
-        with removed_layers(job.probe.model, variant.removed, job.probe.stack):
+        with removed(job.probe.model, variant.removed, job.config.part, job.probe.stack):
             pruned = evaluate(subject)
         ledger.add(rows_for(variant, baseline, pruned))
     progress("variants", len(variants), len(variants))
@@ -117,7 +117,7 @@ class TaskfreeSweep:
             if index < sums.batches:
                 continue  # finished before an interruption; the stream is deterministic
             ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
-            score(probe.model, probe.stack, metric, job.variants, ids, mask, sums)
+            score(probe.model, probe.stack, metric, job.variants, ids, mask, sums, config.part)
             _check_finite(sums, metric, index, probe.loaded.dtype)  # before saving: finished batches stay valid
             sums.batches += 1
             tokens += batch.tokens
@@ -215,7 +215,7 @@ class HarnessSweep:
         shared = config.shared_prefix and harness.output_types != {"generate_until"}
         left = [v for v in job.variants if v.label not in ledger.done()]  # all of them unless resumed
         lm = wrap_model(job.probe.model, job.probe.tokenizer, config.data.batch_size, job.probe.stack,
-                        left if shared else None, config.max_memory)
+                        left if shared else None, config.max_memory, config.part)
 
         def select(label: str | None) -> None:
             if shared:

@@ -1,0 +1,67 @@
+"""The cheap signals of layers.csv against naive references: Block Influence per token from HF's hidden states,
+the logit lens from HF's hidden states pushed through the model's final norm and head by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+import transformers
+
+from layerprobe.commands.angular import run_angular
+from layerprobe.data.corpora import open_corpus
+from layerprobe.data.packing import batches
+
+from .test_angular import config_for
+
+
+def hidden_states(folder, corpus, tokens, seq_len, batch_size):
+    """Per batch: the causal LM's raw block inputs x_0..x_{L-1}, the last block's raw output x_L (a hook), logits."""
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    last = {}
+    model.model.layers[-1].register_forward_hook(lambda m, a, out: last.update(x=out[0] if isinstance(out, tuple) else out))
+    for batch in batches(open_corpus(corpus).texts(), tok, seq_len, batch_size, tokens):
+        with torch.no_grad():
+            out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_hidden_states=True)
+        yield model, [*out.hidden_states[:-1], last["x"]], out.logits
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_block_influence_and_logit_lens_match_naive(arch, model_dirs, corpus_file, tmp_path):
+    config = config_for(model_dirs[arch], tmp_path, corpus_file, tokens=240, seq_len=40, batch_size=3)
+    config.lens_tokens = 100  # fewer than the 240 measured: the lens reads the first 100 positions
+    run = run_angular(config)
+    layers = pd.read_csv(run.folder / "layers.csv")
+    num = 4
+    cos_sum, kl_sum, positions, lens_positions = [0.0] * num, [0.0] * num, 0, 0
+    for model, states, logits in hidden_states(model_dirs[arch], str(corpus_file), 240, 40, 3):
+        flat = [s.reshape(-1, s.shape[-1]).double() for s in states]
+        final = torch.log_softmax(logits.reshape(-1, logits.shape[-1]).double(), -1)
+        for t in range(flat[0].shape[0]):
+            for layer in range(num):
+                a, b = flat[layer][t], flat[layer + 1][t]
+                cos_sum[layer] += float(a @ b) / (float(a.norm()) * float(b.norm()))
+            if lens_positions < 100:
+                for layer in range(num):
+                    with torch.no_grad():  # the model's own final norm and head, by hand
+                        lens = model.lm_head(model.model.norm(flat[layer][t].float())).double()
+                    log_q = torch.log_softmax(lens, -1)
+                    kl_sum[layer] += float((final[t].exp() * (final[t] - log_q)).sum())
+                lens_positions += 1
+            positions += 1
+    assert positions == 240 and run.summary["logit_lens_tokens"] == 100
+    for layer in range(num):
+        assert layers["block_influence"][layer] == pytest.approx(1 - cos_sum[layer] / positions, abs=1e-9)
+        assert layers["logit_lens_kl"][layer] == pytest.approx(kl_sum[layer] / 100, rel=1e-4, abs=1e-6)
+    assert layers["logit_lens_kl"][num] == pytest.approx(0.0, abs=1e-9)  # the output read by the head is the output
+    assert math.isnan(layers["block_influence"][num])
+
+
+def test_encoder_has_block_influence_and_no_lens(model_dirs, corpus_file, tmp_path):
+    run = run_angular(config_for(model_dirs["bert"], tmp_path, corpus_file, tokens=120, seq_len=40, batch_size=3))
+    layers = pd.read_csv(run.folder / "layers.csv")
+    assert layers["block_influence"][:4].between(0, 2).all()
+    assert layers["logit_lens_kl"].isna().all() and run.summary["logit_lens_tokens"] == 0
