@@ -7,7 +7,7 @@ from rich.table import Table
 
 from layerprobe.cli import options as o
 from layerprobe.cli.common import call, out, parse_formats, parse_size, progress_bar, show_warnings
-from layerprobe.config import SQUAD_DATASET, DataOptions, ModelOptions, PruneConfig
+from layerprobe.config import CURVE_STRATEGIES, SQUAD_DATASET, CurveSettings, DataOptions, ModelOptions, PruneConfig
 
 
 def prune(
@@ -20,6 +20,18 @@ def prune(
     limit: float = typer.Option(None, "--limit", help="lm-eval/squad: first N documents or questions (a fraction if < 1)."),
     layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
     block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
+    part: str = typer.Option("block", "--part", help="What goes of each removed layer: block (all of it), attn or mlp "
+                             "(only that sub-layer; the residual path stays)."),
+    curve: bool = typer.Option(False, "--curve", help="Removal curves: for k = 1..K, the k layers each strategy picks, "
+                               "scored on --task -> curve.csv, curve.png."),
+    strategies: str = typer.Option(",".join(CURVE_STRATEGIES), "--strategies", help="--curve: comma-separated, of "
+                                   "angular (best block of k by d(l, k)), bi (k smallest Block Influence), greedy "
+                                   "(SLEB-style, one layer at a time), last (the last k)."),
+    max_removed: int = typer.Option(None, "--max-removed", help="--curve: largest k (default: --max-fraction of the layers)."),
+    max_fraction: float = typer.Option(None, "--max-fraction", help="--curve: largest fraction of the layers removed (default 0.5)."),
+    greedy_metric: str = typer.Option(None, "--greedy-metric", help="--curve: what greedy minimizes on the probe corpus, kl (default) or ppl."),
+    keep: float = typer.Option(None, "--keep", help="--curve: a k is within tolerance when the score keeps this share of "
+                               "the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep) (default 0.95)."),
     shard: str = typer.Option(None, "--shard", help="K/N: only the K-th of N disjoint slices of the variants (SLURM "
                               "arrays, one process per GPU); join the N run folders with `layerprobe merge`."),
     metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
@@ -59,7 +71,7 @@ def prune(
     task = pick(task, project, "task", None)
     if task is None:
         raise fail("No --task given: pass one (mmlu, arc_easy, ppl, kl, drift, squad, ...) or set task in [tool.layerprobe].")
-    d = PruneConfig()  # the defaults
+    d, c = PruneConfig(), CurveSettings()  # the defaults
     config = PruneConfig(
         task=task,
         model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
@@ -75,16 +87,27 @@ def prune(
         limit=pick(limit, project, "limit", d.limit),
         layers=pick(layers, project, "layers", d.layers),
         block=pick(block, project, "block", d.block),
+        part=part,
+        curve=CurveSettings(tuple(s.strip() for s in strategies.split(",") if s.strip()), max_removed,
+                            c.max_fraction if max_fraction is None else max_fraction,
+                            greedy_metric or c.greedy_metric, c.keep if keep is None else keep) if curve else None,
         metric=metric,
         shard=shard,
         shared_prefix=shared_prefix,
         max_memory=parse_size(max_memory) if max_memory else None,
         angular=angular_dir,
-        out=out_dir or (f"{project['out']}/prune-{task}{call(shard_suffix, shard)}" if "out" in project else None),
+        out=out_dir or (f"{project['out']}/{'curve' if curve else 'prune'}-{task}{'' if part == 'block' else '-' + part}"
+                        f"{call(shard_suffix, shard)}" if "out" in project else None),
         resume=resume,
         overwrite=overwrite,
         formats=parse_formats(formats),
     )
+    if curve:
+        from layerprobe.commands.prune.curve import run_curve
+
+        with progress_bar() as progress:
+            show_curve(call(run_curve, config, progress))
+        return
     with progress_bar() as progress:
         run = call(run_prune, config, progress)
     if run.folder is None:
@@ -110,3 +133,17 @@ def show_prune(run) -> None:
     extra = f", Spearman(angular, dP) = {s['spearman_angular_delta']:.2f}" if s["spearman_angular_delta"] is not None else ""
     out.print(f"least important: {', '.join(s['least_important'])}; most important: "
               f"{', '.join(s['most_important'])}{extra} -> [bold]{run.folder}[/bold]", highlight=False)
+
+
+def show_curve(run) -> None:
+    """Per strategy: how many layers can go within the tolerance, and which."""
+    show_warnings(run.warnings)
+    s = run.summary
+    table = Table(title=f"Removal curve: {s['metric']} (unpruned {s['baseline']:.4g}), within tolerance keep={s['keep']:g}")
+    for column in ("strategy", "layers that can go", "removed (0-based, inclusive)", s["metric"]):
+        table.add_column(column, justify="right")
+    for strategy, verdict in s["curve"].items():
+        score = f"{verdict['score']:.4g}" if verdict["score"] is not None else "-"
+        table.add_row(strategy, f"{verdict['max_k']} of {s['num_layers']}", verdict["removed"] or "-", score)
+    out.print(table)
+    out.print(f"{s['sets_scored']} layer sets scored, {s['seconds']:.1f} s -> [bold]{run.folder}[/bold]", highlight=False)

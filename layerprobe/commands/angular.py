@@ -122,7 +122,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     sampled = done.sampled
     processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
     # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
-    forward = probe.model.base_model if lens else probe.model
+    forward = probe.model.base_model  # a head's full-vocabulary logits are never computed for the pass
     total = config.data.tokens
     progress("tokens", processed, total)
     stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
@@ -156,8 +156,6 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
 @abandons_on_error
 def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRun:
     """Measure d(x_l, x_{l+n}) for every l, n over the probe corpus and write the run folder."""
-    import torch
-
     if config.positions not in POSITIONS:
         raise ConfigError(f"Unknown --positions '{config.positions}': use all or last.")
     started, clock = start_time(), time.perf_counter()
@@ -190,6 +188,18 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         elif not checkpoint.path.is_file():
             raise RunError(f"--resume: '{folder}' holds no unfinished angular pass (no {PassCheckpoint.FILE}): run "
                            "without --resume, with --overwrite to reuse the folder.")
+    return measure_into(folder, config, probe, progress, checkpoint, lens, world, started, clock)
+
+
+def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progress: Progress = silent,
+                 checkpoint: PassCheckpoint | None = None, lens: bool = False, world: Any = None,
+                 started: str | None = None, clock: float | None = None) -> AngularRun:
+    """The pass over the probe corpus with a loaded model, and the angular run written into `folder` (claimed by
+    the caller): run_angular's work, and what `prune --curve` measures when no angular run is at hand."""
+    import torch
+
+    world = world or current_world()
+    started, clock = started or start_time(), clock if clock is not None else time.perf_counter()
     per_batch = probe.seq_len * config.data.batch_size
     world.refuse_idle(-(-config.data.tokens // per_batch), f"batch(es) of {config.data.batch_size} x {probe.seq_len} "
                       "tokens", f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
@@ -199,7 +209,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if done.lens is not None:
         done.lens.load_state(world.sum(done.lens.state()))
     parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
-    warnings = probe.warnings
+    warnings = list(probe.warnings)
     if done.processed == 0:
         raise empty_corpus_error(probe.corpus.spec)
     if done.processed < config.data.tokens:

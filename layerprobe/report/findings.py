@@ -95,6 +95,26 @@ def prune_findings(run: Run) -> list[str]:
     return out
 
 
+def curve_findings(run: Run) -> list[str]:
+    s = run.summary
+    layers = s.get("num_layers")
+    tolerance = (f"{s['metric']} at least {s['keep']:g} of the unpruned {s['baseline']:.4g}" if s.get("higher_is_better")
+                 else f"{s['metric']} within the tolerance of keep = {s['keep']:g}")
+    out = []
+    for strategy, verdict in s.get("curve", {}).items():
+        k = verdict["max_k"]
+        if k:
+            out.append(f"{strategy}: {k} of {layers} layers ({k / layers:.0%}) can go with {tolerance} "
+                       f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}).")
+        else:
+            out.append(f"{strategy}: no layer can go with {tolerance}.")
+    best = max(s.get("curve", {}).items(), key=lambda item: item[1]["max_k"], default=None)
+    if best and best[1]["max_k"]:
+        out.append(f"Best strategy here: {best[0]}; export it with `layerprobe export {run.model} --from-curve "
+                   f"{run.folder} --strategy {best[0]} --k {best[1]['max_k']}`.")
+    return out
+
+
 def gradnorm_findings(run: Run) -> list[str]:
     out = []
     for norm, info in run.summary.get("placements", {}).items():

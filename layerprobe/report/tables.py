@@ -19,6 +19,12 @@ def prune_table(run: Run) -> Any:
     return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
 
 
+def curve_table(run: Run) -> Any:
+    """k (and the fraction removed) by strategy: the score of the model without those layers."""
+    curve = run.tables["curve"]
+    return curve.pivot(index=["k", "fraction"], columns="strategy", values="score").reset_index()
+
+
 def toy_table(run: Run) -> Any:
     toy = run.tables["toy"]
     first = toy[toy["alpha"] == toy["alpha"].iloc[0]]

@@ -13,7 +13,7 @@ from layerprobe.commands.prune.sweeps import SweepJob, make_sweep
 from layerprobe.config import PruneConfig
 from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
-from layerprobe.evaluation.variants import parse_layers, parse_shard, shard_of, shard_suffix, sweep
+from layerprobe.evaluation.variants import PARTS, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
@@ -41,6 +41,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     started, clock = start_time(), time.perf_counter()
     world = current_world()
     world.refuse_device_map(config.model.device_map)
+    if config.part not in PARTS:
+        raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
     task = make_sweep(config)  # tasks are built before the model loads: a bad name fails in seconds
@@ -52,7 +54,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if shard:
         variants = shard_of(variants, *shard)
 
-    base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}")
+    part = "" if config.part == "block" else f"-{config.part}"
+    base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}{part}")
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume:
         check_resumable(Path(out), "prune")
@@ -64,11 +67,12 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
                 "dataset": config.data.dataset, "text_field": config.data.text_field, "tokens": config.data.tokens,
                 "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "dtype": probe.loaded.dtype,
                 "device_kind": probe.loaded.device.split(":")[0], "revision": config.model.revision,
-                "weights": facts["weights"], "shared_prefix": config.shared_prefix, "shard": config.shard}
+                "weights": facts["weights"], "shared_prefix": config.shared_prefix, "shard": config.shard,
+                **({"part": config.part} if config.part != "block" else {})}  # older runs resume as before
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():
         higher = task.run(job)
-    facts |= {"task": config.task}
+    facts |= {"task": config.task, "part": config.part}
     if shard:  # what `layerprobe merge` checks: every slice present once, all of the same sweep
         facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
                           "variants": [v.label for v in variants]}

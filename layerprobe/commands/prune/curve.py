@@ -1,0 +1,270 @@
+"""run_curve(config): `prune --curve`. For k = 1..K each strategy picks k layers to remove; every distinct set is
+scored on the task as a prune variant (in place, one load, shared prefix), and curve.csv says how the score falls.
+
+Strategies (0-based block ids; a set of consecutive ids is an ordinary block):
+- angular: the k consecutive layers l..l+k-1 whose start minimizes d(x_l, x_{l+k}) (Gromov et al. 2024);
+- bi: the k layers of smallest Block Influence 1 - cos(x_l, x_{l+1}) (ShortGPT);
+- greedy: remove the layer whose removal raises a task-free metric least, then repeat on the shorter model (SLEB);
+- last: the last k layers (the naive baseline).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from layerprobe.commands.probe import Probe, open_probe
+from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
+from layerprobe.commands.prune.sweeps import SweepJob, make_sweep
+from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
+from layerprobe.data.packing import batches, empty_corpus_error
+from layerprobe.errors import ConfigError, NumericsError, RunError
+from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
+from layerprobe.evaluation.variants import PARTS, Variant
+from layerprobe.plots.curve import curve_plot
+from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.read import is_run, load_run
+from layerprobe.runs.resume import Ledger
+from layerprobe.runs.write import RunResult, write_run
+
+CURVE_COLUMNS = ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta", "within"]
+# Chance accuracy of multiple-choice tasks whose choices are fixed (drawn as a line on the plot)
+CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "hellaswag": 0.25, "openbookqa": 0.25,
+          "piqa": 0.5, "winogrande": 0.5, "boolq": 0.5}
+
+CurveRun = RunResult  # tables: curve (CURVE_COLUMNS), scores (the prune rows of every scored set)
+
+
+def largest_k(settings: CurveSettings, num_layers: int) -> int:
+    """K: --max-removed, else the --max-fraction share of the layers (at least 1, at most L - 1)."""
+    if settings.max_removed is not None:
+        if not 1 <= settings.max_removed < num_layers:
+            raise ConfigError(f"--max-removed {settings.max_removed}: the model has {num_layers} layers, so use "
+                              f"1..{num_layers - 1}.")
+        return settings.max_removed
+    if not 0 < settings.max_fraction < 1:
+        raise ConfigError(f"--max-fraction {settings.max_fraction}: use a fraction between 0 and 1, e.g. 0.5.")
+    return max(1, min(num_layers - 1, int(settings.max_fraction * num_layers)))
+
+
+def check_strategies(settings: CurveSettings) -> None:
+    bad = [s for s in settings.strategies if s not in CURVE_STRATEGIES]
+    if bad or not settings.strategies:
+        raise ConfigError(f"Unknown --strategies {', '.join(bad) or '(none)'}: pick from {', '.join(CURVE_STRATEGIES)}.")
+    if settings.greedy_metric not in ("kl", "ppl"):
+        raise ConfigError(f"--greedy-metric {settings.greedy_metric}: use kl or ppl.")
+    if not 0 < settings.keep <= 1:
+        raise ConfigError(f"--keep {settings.keep}: use a fraction of the baseline in (0, 1], e.g. 0.95.")
+
+
+def within(metric: str, higher: bool, baseline: float, score: float, keep: float) -> bool:
+    """Is the score within the tolerance? Accuracy-like: score >= keep x baseline. Lower-is-better: ppl and other
+    ratios <= baseline / keep; kl (0 for the unpruned model) <= ln(1 / keep), the same ppl ratio as a log; drift
+    (1 - cos) <= 1 - keep."""
+    if not math.isfinite(score):
+        return False
+    if higher:
+        return score >= keep * baseline
+    if metric == "kl":
+        return score <= -math.log(keep)
+    if metric == "drift":
+        return score <= 1 - keep
+    return score <= baseline / keep
+
+
+# ---- the strategies: k -> the removed ids -------------------------------------------------------------------
+
+def angular_sets(angular: Any, k_max: int) -> dict[int, list[int]]:
+    """angular.csv (layer, n, distance) -> for each k, the block of k layers starting at argmin_l d(l, k)."""
+    sets = {}
+    for k in range(1, k_max + 1):
+        rows = angular[angular["n"] == k].sort_values(["distance", "layer"])
+        start = int(rows["layer"].iloc[0])
+        sets[k] = list(range(start, start + k))
+    return sets
+
+
+def bi_sets(layers: Any, num_layers: int, k_max: int) -> dict[int, list[int]]:
+    """layers.csv's block_influence -> for each k, the k blocks of smallest influence (ties: the earlier block)."""
+    if "block_influence" not in layers or layers["block_influence"].iloc[:num_layers].isna().any():
+        raise RunError("The angular run has no block_influence column (written by an older layerprobe): run "
+                       "`layerprobe angular` again, or drop bi from --strategies.")
+    influence = layers["block_influence"].iloc[:num_layers].tolist()
+    order = sorted(range(num_layers), key=lambda layer: (influence[layer], layer))
+    return {k: sorted(order[:k]) for k in range(1, k_max + 1)}
+
+
+def last_sets(num_layers: int, k_max: int) -> dict[int, list[int]]:
+    return {k: list(range(num_layers - k, num_layers)) for k in range(1, k_max + 1)}
+
+
+def greedy_sets(job: SweepJob, k_max: int, progress: Progress) -> dict[int, list[int]]:
+    """SLEB's loop on the probe corpus: at each step, of the layers left, remove the one whose removal (with those
+    already removed) gives the lowest --greedy-metric against the unpruned model; ties go to the earlier layer.
+    Every step is saved: a resumed curve continues from the last finished step."""
+    config, probe, ledger = job.config, job.probe, job.ledger
+    metric = config.curve.greedy_metric
+    chosen: list[int] = list(ledger.state.get("greedy", []))
+    score = score_batch_shared if config.shared_prefix else score_batch_naive
+    num_layers = len(probe.stack)
+    while len(chosen) < k_max:
+        progress("greedy steps", len(chosen), k_max)
+        candidates = [Variant.of([*chosen, c]) for c in range(num_layers) if c not in chosen]
+        sums, tokens = Sums(), 0
+        stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
+                         config.data.tokens)
+        for batch in stream:
+            ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
+            score(probe.model, probe.stack, metric, candidates, ids, mask, sums, config.part)
+            tokens += batch.tokens
+        if tokens == 0:
+            raise empty_corpus_error(probe.corpus.spec)
+        values = {c: finish(metric, *sums.variants[v.label]) for c, v in
+                  zip([c for c in range(num_layers) if c not in chosen], candidates)}
+        if not all(math.isfinite(v) for v in values.values()):
+            raise NumericsError(f"The greedy strategy's {metric} is NaN or infinite at step {len(chosen) + 1} at "
+                                f"{probe.loaded.dtype}: run with --dtype float32.")
+        chosen.append(min(values, key=lambda c: (values[c], c)))
+        ledger.save_state(greedy=chosen)
+    progress("greedy steps", k_max, k_max)
+    return {k: sorted(chosen[:k]) for k in range(1, k_max + 1)}
+
+
+# ---- the angular run the angular and bi strategies read -------------------------------------------------------
+
+def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Progress) -> Path:
+    """--angular DIR, an angular run beside this one, or one measured now on the probe corpus into <run>/angular."""
+    found = find_angular(folder, config.angular)
+    if found is not None:
+        return found
+    inner = folder / "angular"
+    if is_run(inner):
+        return inner  # measured before an interruption
+    from layerprobe.commands.angular import measure_into
+
+    settings = AngularConfig(model=config.model, data=config.data, out=str(inner), overwrite=True, lens_tokens=0,
+                             formats=config.formats)
+    measure_into(prepare_run_dir(inner, overwrite=True), settings, probe, progress)
+    return inner
+
+
+def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, progress: Progress) -> tuple[dict, Path | None]:
+    """strategy -> {k: ids}, and the angular run used (None when no strategy reads one)."""
+    probe, num_layers = job.probe, len(job.probe.stack)
+    strategies = config.curve.strategies
+    angular_dir = None
+    sets: dict[str, dict[int, list[int]]] = {}
+    if {"angular", "bi"} & set(strategies):
+        angular_dir = _angular_run(config, probe, folder, progress)
+        run = load_run(angular_dir)
+        if len(run.tables["layers"]) != num_layers + 1:
+            raise RunError(f"The angular run {angular_dir} measured {len(run.tables['layers']) - 1} layers and this "
+                           f"model has {num_layers}: pass --angular with a run of the same model.")
+        if "angular" in strategies:
+            sets["angular"] = angular_sets(run.tables["angular"], k_max)
+        if "bi" in strategies:
+            sets["bi"] = bi_sets(run.tables["layers"], num_layers, k_max)
+    if "greedy" in strategies:
+        sets["greedy"] = greedy_sets(job, k_max, progress)
+    if "last" in strategies:
+        sets["last"] = last_sets(num_layers, k_max)
+    return {s: sets[s] for s in strategies}, angular_dir
+
+
+def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int) -> Any:
+    import pandas as pd
+
+    scored = {(str(r["removed"]), r["metric"]): r for r in rows}
+    table = []
+    for strategy, by_k in sets.items():
+        for k, ids in by_k.items():
+            row = scored[(Variant.of(ids).label, metric)]
+            table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
+                          "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
+                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep)})
+    return pd.DataFrame(table, columns=CURVE_COLUMNS)
+
+
+def verdicts(table: Any) -> dict:
+    """Per strategy, the largest k whose score is within the tolerance (0: none), and what it removes."""
+    found = {}
+    for strategy, rows in table.groupby("strategy", sort=False):
+        ok = rows[rows["within"]]
+        best = ok.loc[ok["k"].idxmax()] if len(ok) else None
+        found[strategy] = {"max_k": int(best["k"]) if best is not None else 0,
+                           "removed": str(best["removed"]) if best is not None else "",
+                           "score": float(best["score"]) if best is not None else None}
+    return found
+
+
+@abandons_on_error
+def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
+    """Pick, per strategy and k, the layers to remove; score each distinct set on the task; write the curve."""
+    import pandas as pd
+    import torch
+
+    started, clock = start_time(), time.perf_counter()
+    settings = config.curve
+    check_strategies(settings)
+    if config.part not in PARTS:
+        raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
+    if config.shard or config.layers or config.block != 1:
+        raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
+    task = make_sweep(config)  # a bad task name fails before any load
+    needs_corpus = task.needs_corpus or bool({"greedy", "angular", "bi"} & set(settings.strategies))
+    probe = open_probe(config.model, config.data, head=task.head, need_corpus=needs_corpus)
+    warnings = probe.warnings + task.check(probe)
+    num_layers = len(probe.stack)
+    k_max = largest_k(settings, num_layers)
+    part = "" if config.part == "block" else f"-{config.part}"
+    out = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"curve-{slug(config.task)}{part}")
+    if config.resume:
+        check_resumable(Path(out), "curve")
+    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    facts = probe.facts()
+    identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "part": config.part,
+                "curve": dataclasses.asdict(settings), "k_max": k_max, "num_fewshot": config.num_fewshot,
+                "limit": config.limit, "dataset": config.data.dataset, "text_field": config.data.text_field,
+                "tokens": config.data.tokens, "seq_len": probe.seq_len, "batch_size": config.data.batch_size,
+                "dtype": probe.loaded.dtype, "device_kind": probe.loaded.device.split(":")[0],
+                "revision": config.model.revision, "weights": facts["weights"], "shared_prefix": config.shared_prefix,
+                "angular": config.angular}
+    ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
+    job = SweepJob(config, probe, [], ledger, progress, warnings)
+    with torch.inference_mode():
+        sets, angular_dir = _selection(config, job, folder, k_max, progress)
+        job.variants = list({Variant.of(ids).label: Variant.of(ids) for by_k in sets.values()
+                             for ids in by_k.values()}.values())
+        higher = task.run(job)
+    metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
+    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers)
+    baseline = float(table["baseline"].iloc[0])
+    chance = CHANCE.get("mmlu" if config.task.startswith("mmlu") else config.task) if metric.startswith("acc") else None
+    if task.needs_corpus and "greedy" in settings.strategies:
+        warnings.append(f"greedy chose its layers by {settings.greedy_metric} on the same probe tokens the curve is "
+                        "scored on; score it on another task or corpus for a held-out comparison.")
+    facts |= {"task": config.task, "part": config.part, **task.facts(job)}
+    seconds = time.perf_counter() - clock + float(ledger.state.get("seconds_before", 0.0))
+    summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
+               "chance": chance, "keep": settings.keep, "max_removed": k_max, "strategies": list(settings.strategies),
+               "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
+               "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
+               "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
+    figure = curve_plot(table, metric, baseline, chance, within_line(metric, higher, baseline, settings.keep),
+                        f"{facts['model']}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
+                        f"{num_layers} layers")
+    return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
+                     figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
+                     facts=facts, formats=config.formats, warnings=warnings)
+
+
+def within_line(metric: str, higher: bool, baseline: float, keep: float) -> float:
+    """The score at the edge of the tolerance (the plot's dotted line)."""
+    if higher:
+        return keep * baseline
+    return {"kl": -math.log(keep), "drift": 1 - keep}.get(metric, baseline / keep)

@@ -1,0 +1,37 @@
+"""Removal curves: the task's score against the fraction of layers removed, one line per strategy (in the style of
+Gromov et al. 2024, Fig. 1), with the unpruned baseline, the tolerance edge and chance where the task has one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+STYLE = {  # strategy -> (colour, marker): the same in every curve plot
+    "angular": ("#c0392b", "o"), "bi": ("#2e86c1", "s"), "greedy": ("#27ae60", "^"), "last": ("#7f8c8d", "v"),
+}
+LABEL = {"angular": "angular (best block of n)", "bi": "Block Influence", "greedy": "greedy", "last": "last n layers"}
+
+
+def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, edge: float, title: str) -> Any:
+    """table: curve.csv rows (strategy, k, fraction, score); edge: the score at the tolerance's limit."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.subplots()
+    fractions = [0.0, *sorted(set(table["fraction"]))]
+    for strategy, rows in table.groupby("strategy", sort=False):
+        colour, marker = STYLE.get(strategy, ("black", "x"))
+        rows = rows.sort_values("k")
+        ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
+                linewidth=1.4, label=LABEL.get(strategy, strategy))
+    ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
+    ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
+    if chance is not None:
+        ax.axhline(chance, color="#8e44ad", linewidth=0.9, linestyle="-.", label=f"chance ({chance:g})")
+    ax.set_xlim(0, max(fractions) * 1.02 if max(fractions) > 0 else 1)
+    ax.set_xlabel("Fraction of layers removed")
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.25, linewidth=0.6)
+    ax.legend(fontsize=8, frameon=False, loc="best")
+    fig.tight_layout()
+    return fig
