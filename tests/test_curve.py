@@ -1,0 +1,154 @@
+"""prune --curve: every strategy's layer sets against a hand computation (the angular CSV, a naive greedy loop over
+independently shortened copies), every score against an independently pruned copy scored by hand or by lm-eval."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import transformers
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+
+from .helpers import assert_error, independent_pruned, reference_metric
+from .test_prune_lmeval import hand_accuracy, task_dir  # noqa: F401  (a fixture)
+
+runner = CliRunner()
+DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
+
+
+def ids(label: str) -> list[int]:
+    """'1,3-4' -> [1, 3, 4], written here from the README's convention (0-based, ranges inclusive)."""
+    out = []
+    for part in str(label).split(","):
+        low, _, high = part.partition("-")
+        out += list(range(int(low), int(high or low) + 1))
+    return out
+
+
+def test_llama_kl_curve_against_hand_selection_and_independent_scores(model_dirs, tmp_path):
+    folder, out = model_dirs["llama"], tmp_path / "curve"
+    result = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--max-removed", "3", *DATA,
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    curve = pd.read_csv(out / "curve.csv")
+    assert list(curve.columns[:8]) == ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta"]
+    assert sorted(set(curve["strategy"])) == ["angular", "bi", "greedy", "last"] and set(curve["k"]) == {1, 2, 3}
+    chosen = {(r.strategy, r.k): ids(r.removed) for r in curve.itertuples()}
+    # angular and bi, from the angular run measured first on the same corpus
+    angular = pd.read_csv(out / "angular" / "angular.csv")
+    layers = pd.read_csv(out / "angular" / "layers.csv")
+    for k in (1, 2, 3):
+        distance = {int(r.layer): r.distance for r in angular.itertuples() if r.n == k}
+        start = min(distance, key=lambda layer: (distance[layer], layer))
+        assert chosen[("angular", k)] == list(range(start, start + k))
+        influence = layers["block_influence"][:4].tolist()
+        assert chosen[("bi", k)] == sorted(sorted(range(4), key=lambda layer: influence[layer])[:k])
+        assert chosen[("last", k)] == list(range(4 - k, 4))
+    # greedy: the naive loop, each candidate an independently shortened copy scored by hand-written kl
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    cls = transformers.AutoModelForCausalLM
+    greedy: list[int] = []
+    for k in (1, 2, 3):
+        values = {c: reference_metric("kl", full, independent_pruned(folder, cls, greedy + [c]), folder, 256, 32, 4)
+                  for c in range(4) if c not in greedy}
+        pick = chosen[("greedy", k)]
+        added = [c for c in pick if c not in greedy]
+        assert len(added) == 1 and values[added[0]] == pytest.approx(min(values.values()), rel=1e-5, abs=2e-6)
+        greedy = pick
+    # every score: the independently pruned copy, hand-written kl
+    for row in curve.itertuples():
+        expected = reference_metric("kl", full, independent_pruned(folder, cls, ids(row.removed)), folder, 256, 32, 4)
+        # kl is summed from float32 log-softmaxes (float64 would double the logits' memory): ~1e-6 absolute
+        assert row.score == pytest.approx(expected, rel=1e-5, abs=2e-6), row
+        assert row.fraction == pytest.approx(row.k / 4) and row.baseline == 0
+        assert row.within == (row.score <= -__import__("math").log(0.95))
+    summary = json.loads((out / "summary.json").read_text())
+    for strategy, verdict in summary["curve"].items():
+        ok = curve[(curve.strategy == strategy) & curve.within]
+        assert verdict["max_k"] == (int(ok["k"].max()) if len(ok) else 0)
+    assert (out / "curve.png").is_file() and summary["command"] == "curve"
+
+
+def test_minilm_drift_curve_with_an_angular_run_beside_it(minilm_dir, tmp_path):
+    angular = runner.invoke(app, ["angular", str(minilm_dir), *DATA, "--out", str(tmp_path / "angular")])
+    assert angular.exit_code == 0, angular.output
+    out = tmp_path / "curve-drift"
+    result = runner.invoke(app, ["prune", str(minilm_dir), "--task", "drift", "--curve", "--strategies",
+                                 "angular,last", "--max-removed", "2", *DATA, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["angular_run"] == str(tmp_path / "angular") and not (out / "angular").exists()
+    curve = pd.read_csv(out / "curve.csv")
+    full = transformers.AutoModel.from_pretrained(minilm_dir).eval()
+    for row in curve.itertuples():
+        pruned = independent_pruned(minilm_dir, transformers.AutoModel, ids(row.removed))
+        assert row.score == pytest.approx(reference_metric("drift", full, pruned, minilm_dir, 256, 32, 4), rel=1e-5,
+                                          abs=1e-8)
+
+
+def test_lmeval_curve_against_hand_scored_copies(model_dirs, task_dir, tmp_path):  # noqa: F811
+    folder, out = model_dirs["llama"], tmp_path / "curve"
+    result = runner.invoke(app, ["prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
+                                 "--curve", "--strategies", "bi,last", "--max-removed", "2", *DATA, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    curve = pd.read_csv(out / "curve.csv")
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert curve["baseline"].iloc[0] == pytest.approx(hand_accuracy(full, tok))
+    for row in curve.itertuples():
+        pruned = independent_pruned(folder, transformers.AutoModelForCausalLM, ids(row.removed))
+        assert row.score == pytest.approx(hand_accuracy(pruned, tok)), row
+
+
+def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
+    folder = model_dirs["gpt2"]
+    args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "greedy,last", "--max-removed", "2",
+            *DATA]
+    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    from layerprobe.commands.prune import curve as module
+
+    calls = []
+
+    def interrupt(stage, done, total):
+        calls.append(stage)
+        if stage == "greedy steps" and done == 1:
+            raise KeyboardInterrupt
+
+    config_args = [*args, "--out", str(tmp_path / "cut")]
+    original = module.greedy_sets
+
+    def cut(job, k_max, progress):
+        return original(job, k_max, interrupt)
+
+    module.greedy_sets = cut
+    try:
+        runner.invoke(app, config_args)
+    finally:
+        module.greedy_sets = original
+    state = json.loads((tmp_path / "cut" / "state.json").read_text())
+    assert len(state["greedy"]) == 1 and not (tmp_path / "cut" / "summary.json").exists()
+    resumed = runner.invoke(app, [*config_args, "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    a, b = pd.read_csv(tmp_path / "whole" / "curve.csv"), pd.read_csv(tmp_path / "cut" / "curve.csv")
+    assert a[["strategy", "k", "removed"]].equals(b[["strategy", "k", "removed"]])
+    assert a["score"].to_numpy() == pytest.approx(b["score"].to_numpy(), rel=1e-9)
+    changed = runner.invoke(app, [*args[:-2], "8", "--out", str(tmp_path / "cut"), "--resume"])  # another batch size
+    assert changed.exit_code == 2
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--strategies", "angular,best"], "Unknown --strategies best"),
+    (["--max-removed", "4"], "--max-removed 4"),
+    (["--max-fraction", "1.5"], "--max-fraction 1.5"),
+    (["--greedy-metric", "drift"], "--greedy-metric drift"),
+    (["--keep", "0"], "--keep 0"),
+    (["--block", "2"], "drop --shard, --layers and --block"),
+])
+def test_bad_curve_settings(args, needle, model_dirs, tmp_path):
+    result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", "--curve", *DATA, *args,
+                                 "--out", str(tmp_path / "x")])
+    assert_error(result, needle)
