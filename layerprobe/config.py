@@ -123,6 +123,28 @@ class PruneConfig:
 
 
 @dataclass
+class ExportConfig:
+    """`layerprobe export`."""
+
+    model: ModelOptions = field(default_factory=ModelOptions)  # model.model None: the curve run's model
+    remove: str | None = None  # 0-based block ids, ranges inclusive: "20-27", "3,7,9-11"
+    part: str = "block"  # block, or attn / mlp: their output projections zeroed (the model keeps its size)
+    from_curve: str | None = None  # a `prune --curve` run folder: export one strategy's choice
+    strategy: str = "angular"  # --from-curve: which strategy's layers
+    k: int | None = None  # --from-curve: how many layers (default: the strategy's largest k within tolerance)
+    out: str = "exported"  # the checkpoint folder
+    overwrite: bool = False
+    verify: bool = True  # reload the export with plain transformers and compare outputs before finishing
+    tolerance: float | None = None  # largest output difference the verify accepts (None: 1e-4 fp32, 2e-2 else)
+    timing_batch: int = 1  # the batch the time per token is measured on (random ids, seed 0)
+    timing_seq_len: int = 128
+    timing_repeats: int = 5  # forwards per model, median taken
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
 class GradnormConfig:
     """`layerprobe gradnorm`."""
 

@@ -65,3 +65,30 @@ def test_encoder_has_block_influence_and_no_lens(model_dirs, corpus_file, tmp_pa
     layers = pd.read_csv(run.folder / "layers.csv")
     assert layers["block_influence"][:4].between(0, 2).all()
     assert layers["logit_lens_kl"].isna().all() and run.summary["logit_lens_tokens"] == 0
+
+
+def test_prune_reports_spearman_of_each_cheap_signal(model_dirs, tmp_path):
+    """With an angular run beside it, a prune run correlates d(l, 1), Block Influence and logit-lens KL with dP:
+    checked against scipy's spearmanr of the two CSVs."""
+    from scipy.stats import spearmanr
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+
+    folder = model_dirs["llama"]
+    data = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "4"]
+    runner = CliRunner()
+    assert runner.invoke(app, ["angular", str(folder), *data, "--out", str(tmp_path / "angular")]).exit_code == 0
+    result = runner.invoke(app, ["prune", str(folder), "--task", "kl", *data, "--out", str(tmp_path / "prune-kl")])
+    assert result.exit_code == 0, result.output
+    import json
+
+    summary = json.loads((tmp_path / "prune-kl" / "summary.json").read_text())
+    prune = pd.read_csv(tmp_path / "prune-kl" / "prune.csv").sort_values("layer")
+    layers = pd.read_csv(tmp_path / "angular" / "layers.csv")
+    expected = {"angular": layers["distance_next"][:4], "block_influence": layers["block_influence"][:4],
+                "logit_lens_kl": layers["logit_lens_kl"][:4]}
+    assert set(summary["spearman_delta"]) == set(expected)
+    for name, values in expected.items():
+        assert summary["spearman_delta"][name] == pytest.approx(spearmanr(values, prune["delta"]).statistic, abs=1e-12)
+    assert summary["spearman_angular_delta"] == summary["spearman_delta"]["angular"]

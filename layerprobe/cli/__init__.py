@@ -9,6 +9,7 @@ import typer
 from layerprobe.cli.angular import angular
 from layerprobe.cli.compare import compare
 from layerprobe.cli.demo import demo
+from layerprobe.cli.export import export
 from layerprobe.cli.gradnorm import gradnorm
 from layerprobe.cli.merge import merge
 from layerprobe.cli.prune import prune
@@ -27,6 +28,7 @@ app.command()(angular)
 app.command()(prune)
 app.command()(gradnorm)
 app.command()(merge)
+app.command()(export)
 app.command()(report)
 app.command()(compare)
 app.command()(demo)

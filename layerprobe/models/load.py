@@ -154,6 +154,22 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
     return getattr(text_config(config), "model_type", None)
 
 
+def checkpoint_architecture(spec: str, revision: str | None = None, trust_remote_code: bool = False,
+                            gguf_file: str | None = None) -> str | None:
+    """The class a checkpoint was saved from (its config's first `architectures` entry; a GGUF is a causal LM)."""
+    import transformers
+
+    source, path = locate(spec, gguf_file)
+    if source == "gguf":
+        return "ForCausalLM"
+    try:
+        config = transformers.AutoConfig.from_pretrained(str(path) if path else spec, revision=revision,
+                                                         trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(_config_problem(spec, source, exc)) from None
+    return (getattr(config, "architectures", None) or [None])[0]
+
+
 def load_model(
     spec: str,
     *,

@@ -23,6 +23,32 @@ def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
     return chosen
 
 
+# Config fields that describe the layers one by one (transformers families that have them):
+PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type")  # one entry per layer: kept entries stay
+LAYER_ID_LISTS = ("mlp_only_layers",)  # lists of layer ids: renumbered, removed ones dropped
+LEADING_COUNTS = ("max_window_layers", "first_k_dense_replace")  # "the first n layers": n recounted over kept ones
+
+
+def per_layer_fields(config: Any, keep: list[int]) -> dict[str, Any]:
+    """The per-layer config fields as they read with only the `keep` layers left, renumbered 0..len(keep)-1."""
+    num_layers = config.num_hidden_layers
+    own = vars(config)  # set on the config itself (a derived property, e.g. Jamba's layers_block_type, follows)
+    fields: dict[str, Any] = {}
+    for name in PER_LAYER_LISTS:
+        value = own.get(name)
+        if isinstance(value, (list, tuple)) and len(value) == num_layers:
+            fields[name] = [value[i] for i in keep]
+    for name in LAYER_ID_LISTS:
+        value = own.get(name)
+        if isinstance(value, (list, tuple)):
+            fields[name] = [keep.index(i) for i in value if i in keep]
+    for name in LEADING_COUNTS:
+        value = own.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            fields[name] = sum(1 for i in keep if i < value)
+    return fields
+
+
 def _replay_module() -> Any:
     import torch.nn as nn
 
@@ -64,25 +90,23 @@ def removed_layers(model: Any, indices: Iterable[int], stack: BlockStack | None 
     drop = set(check_indices(indices, len(original)))
     keep = [i for i in range(len(original)) if i not in drop]
     config = text_config(model)
-    saved_count = config.num_hidden_layers
-    saved_types = getattr(config, "layer_types", None)
+    changed = {"num_hidden_layers": len(keep), **per_layer_fields(config, keep)}
+    saved = {name: getattr(config, name) for name in changed}
     saved_idx = [(m, m.layer_idx) for block in original for m in layer_index_owners(block)]
     try:
         # A new list built from the kept blocks: no deletion-order bugs, the original list stays intact.
         pruned = nn.ModuleList([original[i] for i in keep])
         setattr(stack.parent, stack.attr, pruned)
-        config.num_hidden_layers = len(keep)
-        if saved_types is not None:
-            config.layer_types = [saved_types[i] for i in keep]
+        for name, value in changed.items():
+            setattr(config, name, value)
         for new_index, old_index in enumerate(keep):
             for m in layer_index_owners(original[old_index]):
                 m.layer_idx = new_index
         yield BlockStack(stack.path, stack.parent, stack.attr, pruned)
     finally:
         setattr(stack.parent, stack.attr, original)
-        config.num_hidden_layers = saved_count
-        if saved_types is not None:
-            config.layer_types = saved_types
+        for name, value in saved.items():
+            setattr(config, name, value)
         for m, value in saved_idx:
             m.layer_idx = value
 

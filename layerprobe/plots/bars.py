@@ -8,7 +8,9 @@ import numpy as np
 
 
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
-               distance: np.ndarray | None = None, correlation: float | None = None) -> Any:
+               distance: np.ndarray | None = None, correlation: float | None = None,
+               signals: dict[str, float] | None = None) -> Any:
+    """signals: cheap signal -> Spearman rho with dP, listed in a corner box (which one a user can trust)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(max(5.0, 0.28 * len(labels) + 2.5), 3.6))
@@ -30,5 +32,9 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
         twin.plot(x, distance, color="#e67e22", marker="o", markersize=3, linewidth=1.2, label=label)
         twin.set_ylabel("angular distance")
         twin.legend(loc="upper right", fontsize=8, frameon=False)
+    if signals and len(signals) > 1:
+        text = "Spearman $\\rho$ with $\\Delta P$\n" + "\n".join(f"{name}: {rho:+.2f}" for name, rho in signals.items())
+        ax.text(0.01, 0.98, text, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
+                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#bbbbbb", "alpha": 0.9})
     fig.tight_layout()
     return fig

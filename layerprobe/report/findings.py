@@ -92,6 +92,17 @@ def prune_findings(run: Run) -> list[str]:
         how = ("layers that change the representation more cost more to remove" if expected
                else "the opposite of the usual reading: layers that change the representation more cost less to remove")
         out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}): {how}.")
+    signals = s.get("spearman_delta") or {}
+    if len(signals) > 1:
+        sign = -1 if higher else 1  # rho with the cost of removing the layer, not with dP
+        names = {"angular": "d(l, 1)", "block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
+        ranked = sorted(signals.items(), key=lambda item: -sign * item[1])
+        best, rho = ranked[0]
+        listed = ", ".join(f"{names.get(k, k)} {sign * v:+.2f}" for k, v in ranked)
+        out.append(f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; the one "
+                   f"to trust for this model is {names.get(best, best)}." if sign * rho >= 0.4 else
+                   f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; none "
+                   "predicts it well here (all below 0.4): measure with prune.")
     return out
 
 

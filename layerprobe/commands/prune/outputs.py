@@ -47,6 +47,24 @@ def _angular_distance(angular_dir: Path, layers: Any, block: int) -> np.ndarray:
     return np.array([lookup.get((int(layer), block), np.nan) for layer in layers])
 
 
+# The cheap per-layer signals of an angular run's layers.csv, correlated with the measured dP of one-layer sweeps
+CHEAP_SIGNALS = {"block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
+
+
+def cheap_signals(angular_dir: Path, layers: Any, num_layers: int) -> dict[str, np.ndarray]:
+    """signal -> its value at each removed layer, for the signals the angular run measured on this model's layers."""
+    import pandas as pd
+
+    table = pd.read_csv(angular_dir / "layers.csv")
+    if len(table) != num_layers + 1:
+        return {}
+    found = {}
+    for column in CHEAP_SIGNALS:
+        if column in table and table[column].iloc[:num_layers].notna().all():
+            found[column] = table[column].to_numpy()[[int(layer) for layer in layers]]
+    return found
+
+
 def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
                         seconds: float, warnings: list[str], manifest_extra: dict | None = None) -> PruneRun:
     import pandas as pd
@@ -57,11 +75,16 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     harm = -main["delta"] if higher else main["delta"]  # how much worse the model gets without the layer(s)
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
     correlation = distance = None
+    correlations: dict[str, float] = {}
     angular_dir = find_angular(folder, config.angular)
     if angular_dir is not None:
         distance = _angular_distance(angular_dir, main["layer"], config.block)
         if np.isfinite(distance).all():
             correlation = spearman(distance, main["delta"].to_numpy())
+            correlations["angular"] = correlation
+            if config.block == 1 and getattr(config, "part", "block") == "block":
+                for name, values in cheap_signals(angular_dir, main["layer"], facts["num_layers"]).items():
+                    correlations[name] = spearman(values, main["delta"].to_numpy())
         else:
             warnings.append(f"The angular run {angular_dir} does not match this model's layers: no correlation.")
             distance = None
@@ -77,12 +100,14 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "most_important": [str(x) for x in order["removed"].tail(3)[::-1]],
         "angular_run": str(angular_dir) if angular_dir else None,
         "spearman_angular_delta": correlation,
+        # Spearman of each cheap signal of the angular run (d(l, n), Block Influence, logit-lens KL) with dP
+        "spearman_delta": correlations,
         "seconds": round(seconds, 3),
         "warnings": warnings,
     }
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric,
                         f"{facts['model']}: {config.task}, baseline {metric} = {summary['baseline']:.4g}",
-                        distance, correlation)
+                        distance, correlation, {CHEAP_SIGNALS.get(k, "angular d"): v for k, v in correlations.items()})
     return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

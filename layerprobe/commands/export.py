@@ -1,0 +1,246 @@
+"""run_export(config): the model without some layers, saved as a checkpoint that plain transformers loads.
+
+Block ids are 0-based and `--remove 20-27` removes 20 through 27 inclusive. The kept blocks are renumbered
+0..L-k-1 in the weights and in every per-layer config field (models/surgery.py), the tokenizer and generation
+config are copied, and beside them lie layerprobe-removal.json (what was removed from what) and mergekit.yaml
+(a passthrough merge that builds the same model; mergekit's layer_range is half-open).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from layerprobe.config import ExportConfig
+from layerprobe.errors import ArchitectureError, ConfigError, RunError
+from layerprobe.evaluation.variants import PARTS, ranges_label
+from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder
+from layerprobe.models.load import load_model
+from layerprobe.models.surgery import check_indices, removed, removed_layers
+from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text, read_json
+
+REMOVAL_FILE = "layerprobe-removal.json"
+CONVENTION = ("block ids are 0-based; a range a-b in --remove includes both ends; mergekit's layer_range [a, b) "
+              "is half-open (layers a..b-1)")
+# the Linear that produces a sub-layer's output, by name: zeroing it (and its bias) zeroes the sub-layer's output
+OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
+                      "mlp": ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "wo", "w2")}
+
+
+def parse_remove(spec: str, num_layers: int) -> list[int]:
+    """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends."""
+    import re
+
+    chosen: set[int] = set()
+    for part in spec.split(","):
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", part)
+        if not match:
+            raise ConfigError(f"Bad --remove item '{part.strip()}': use 0-based ids and inclusive ranges, e.g. 20-27 "
+                              "or 3,7,9-11.")
+        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
+        if high < low:
+            raise ConfigError(f"Bad --remove range '{part.strip()}': the end is before the start.")
+        chosen.update(range(low, high + 1))
+    return check_indices(chosen, num_layers)
+
+
+def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
+    """(model, removed label, part) of a curve run's choice for `strategy` at k (default: its largest k within
+    the tolerance)."""
+    import pandas as pd
+
+    folder = Path(run_dir)
+    if not (folder / "curve.csv").is_file() or not (folder / "summary.json").is_file():
+        raise RunError(f"--from-curve '{run_dir}' is not a finished curve run (no curve.csv and summary.json): pass "
+                       "the --out of `layerprobe prune --curve`.")
+    summary, curve = read_json(folder / "summary.json"), pd.read_csv(folder / "curve.csv")
+    rows = curve[curve["strategy"] == strategy]
+    if rows.empty:
+        raise ConfigError(f"--strategy {strategy}: the curve run has {', '.join(dict.fromkeys(curve['strategy']))}.")
+    if k is None:
+        k = int(summary.get("curve", {}).get(strategy, {}).get("max_k", 0))
+        if k == 0:
+            raise ConfigError(f"No k of the {strategy} curve stays within its tolerance: pass --k to export anyway.")
+    row = rows[rows["k"] == k]
+    if row.empty:
+        raise ConfigError(f"--k {k}: the {strategy} curve has k = {int(rows['k'].min())}..{int(rows['k'].max())}.")
+    return str(summary["model"]), str(row["removed"].iloc[0]), str(summary.get("part", "block"))
+
+
+def mergekit_yaml(source: str, keep: list[int], dtype: str, note: str | None = None) -> str:
+    """A passthrough merge whose slices are the runs of kept layers, as half-open layer ranges."""
+    runs: list[list[int]] = []
+    for index in keep:
+        if runs and index == runs[-1][1]:
+            runs[-1][1] = index + 1
+        else:
+            runs.append([index, index + 1])
+    lines = [f"# {CONVENTION}", *([f"# {note}"] if note else []), "slices:"]
+    for low, high in runs:
+        lines += ["  - sources:", f"      - model: {json.dumps(source)}",
+                  f"        layer_range: [{low}, {high}]  # layers {low}..{high - 1}"]
+    return "\n".join([*lines, "merge_method: passthrough", f"dtype: {dtype}", ""])
+
+
+def zero_sublayers(model: Any, stack: Any, ids: list[int], part: str) -> list[str]:
+    """Zero the output projection of each chosen block's attention or MLP: in plain transformers, the sub-layer
+    then adds nothing to the residual stream. Returns the zeroed parameter names."""
+    import torch
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    zeroed = []
+    for index in ids:
+        sublayer = find_sublayer(model, stack.blocks[index], part)
+        projection = next((getattr(sublayer.module, n) for n in OUTPUT_PROJECTIONS[part]
+                           if isinstance(getattr(sublayer.module, n, None), torch.nn.Module)), None)
+        if sublayer.residual_arg is not None or projection is None:
+            raise ArchitectureError(f"--part {part} export: {type(stack.blocks[index]).__name__} has no output "
+                                    f"projection ({', '.join(OUTPUT_PROJECTIONS[part])}) whose zeroing removes the "
+                                    "sub-layer in plain transformers: export whole blocks (--part block).")
+        with torch.no_grad():
+            for parameter in projection.parameters(recurse=False):
+                parameter.zero_()
+                zeroed.append(names[id(parameter)])
+    return zeroed
+
+
+def _forward_seconds(model: Any, ids: Any, repeats: int) -> float:
+    import torch
+
+    times = []
+    with torch.inference_mode():
+        model(input_ids=ids)  # warm-up
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(input_ids=ids)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: int) -> dict:
+    """Parameters and seconds per forward token, original vs pruned, on the same batch, alternated in one run."""
+    params = sum(p.numel() for p in model.parameters())
+    kept = params - sum(p.numel() for i in ids for p in stack.blocks[i].parameters())
+    original = _forward_seconds(model, batch, repeats)
+    with removed_layers(model, ids, stack):
+        pruned = _forward_seconds(model, batch, repeats)
+    tokens = batch.numel()
+    return {"parameters_original": params, "parameters_exported": kept, "parameter_ratio": kept / params,
+            "seconds_per_token_original": original / tokens, "seconds_per_token_exported": pruned / tokens,
+            "time_ratio": pruned / original, "timing_batch": list(batch.shape), "timing_repeats": repeats}
+
+
+def _output(model: Any, batch: Any) -> Any:
+    """Logits, or the last hidden state of a model without an LM head."""
+    import torch
+
+    with torch.inference_mode():
+        out = model(input_ids=batch)
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+def _verify(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
+    """Reload the exported folder with plain transformers: the largest difference of its output to `want`, the
+    output of the model pruned in place (blocks removed, or sub-layers removed by hooks)."""
+    import transformers
+
+    reloaded = getattr(transformers, head_class).from_pretrained(folder, dtype=dtype).eval().to(batch.device)
+    return float((want.float() - _output(reloaded, batch).float()).abs().max())
+
+
+def _head(spec: str, config: ExportConfig) -> str:
+    """The head the checkpoint has (its config's architectures), so the export keeps it."""
+    from layerprobe.models.load import checkpoint_architecture
+
+    name = checkpoint_architecture(spec, config.model.revision, config.model.trust_remote_code, config.model.gguf_file)
+    for suffix, head in (("ForCausalLM", "causal-lm"), ("ForMaskedLM", "masked-lm"),
+                         ("ForQuestionAnswering", "qa")):
+        if name and name.endswith(suffix):
+            return head
+    return "base"
+
+
+def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
+    """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
+    always a whole export."""
+    import torch
+
+    spec, remove, part = config.model.model, config.remove, config.part
+    if config.from_curve:
+        curve_model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
+        spec = spec or curve_model
+    if not remove:
+        raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
+    if part not in PARTS:
+        raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
+    out = Path(config.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
+        raise RunError(f"--out '{out}' exists and is not empty: pass another folder, or --overwrite.")
+    progress("export", 0, 4)
+    loaded = load_model(spec, head=_head(spec, config), dtype=config.model.dtype, device=config.model.device,
+                        revision=config.model.revision, trust_remote_code=config.model.trust_remote_code,
+                        gguf_file=config.model.gguf_file, cache=config.model.cache)
+    model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path)
+    ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
+    keep = [i for i in range(len(stack)) if i not in ids]
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.get_input_embeddings().num_embeddings
+    batch = torch.randint(0, vocab, (config.timing_batch, config.timing_seq_len), generator=generator)
+    batch = batch.to(loaded.device)
+    progress("export", 1, 4)
+    gain = measure_gain(model, stack, ids, batch, config.timing_repeats) if part == "block" else None
+    head_class = type(model).__name__
+    partial = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        zeroed: list[str] = []
+        with removed(model, ids, part, stack):
+            want = _output(model, batch)  # the pruned model as every layerprobe measurement ran it
+            if part == "block":
+                model.save_pretrained(partial)
+        if part != "block":
+            zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
+            model.save_pretrained(partial)
+        progress("export", 2, 4)
+        dtype = next(model.parameters()).dtype
+        difference = _verify(partial, want, head_class, batch, dtype) if config.verify else None
+        tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
+        if difference is not None and not difference <= tolerance:
+            raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
+                           f"{difference:.3g} (tolerance {tolerance:g}): not exported; please report this "
+                           f"architecture ({head_class}).")
+        if loaded.tokenizer is not None:
+            loaded.tokenizer.save_pretrained(partial)
+        removal = {
+            "source_model": loaded.spec, "source_path": str(loaded.path) if loaded.path else None,
+            "revision": loaded.revision, "weights": loaded.fingerprint(), "gguf": loaded.gguf,
+            "architecture": head_class, "layers_path": stack.path, "part": part,
+            "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
+            "removed": ids, "removed_label": ranges_label(ids), "kept": keep, "convention": CONVENTION,
+            "zeroed_parameters": zeroed, "from_curve": config.from_curve, "strategy": config.strategy if config.from_curve else None,
+            "dtype": loaded.dtype, "device": loaded.device, "verified_max_difference": difference, "gain": gain,
+            "loads_with": f"transformers.{head_class}.from_pretrained(folder)",
+        }
+        atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
+        if part == "block":
+            # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
+            source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec
+            note = (f"source: the dequantized cache of {loaded.spec} (mergekit cannot read GGUF files)"
+                    if loaded.gguf and source != loaded.spec else None)
+            atomic_write_text(partial / "mergekit.yaml", mergekit_yaml(source, keep, loaded.dtype, note))
+        for file in partial.iterdir():  # as open() would create them: the user's umask, not a temp file's 0600
+            file.chmod(FILE_MODE)
+        progress("export", 3, 4)
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        partial.rename(out)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    progress("export", 4, 4)
+    return removal | {"out": str(out), "encoder": is_encoder(model)}
