@@ -152,3 +152,17 @@ def test_bad_curve_settings(args, needle, model_dirs, tmp_path):
     result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", "--curve", *DATA, *args,
                                  "--out", str(tmp_path / "x")])
     assert_error(result, needle)
+
+
+def test_compare_judges_curve_scores(model_dirs, tmp_path):
+    folder = model_dirs["llama"]
+    args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "last", "--max-removed", "2", *DATA]
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).exit_code == 0
+    assert runner.invoke(app, [*args, "--out", str(tmp_path / "b")]).exit_code == 0
+    same = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert same.exit_code == 0, same.output
+    curve = pd.read_csv(tmp_path / "b" / "curve.csv")
+    curve.loc[1, "score"] = curve.loc[1, "score"] * 3  # k=2 of 'last' triples its perplexity
+    curve.to_csv(tmp_path / "b" / "curve.csv", index=False)
+    worse = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert worse.exit_code == 1 and "last k=2" in worse.output, worse.output

@@ -2,7 +2,8 @@
 
 - angular on the embedded MiniLM (BERT, Post-LN, real weights) over Python's own docs, and a task-free pruning
   sweep on it (drift: 1 - cos of the final hidden state), with the angular correlation;
-- the same on the embedded SmolLM2-135M (LLaMA, Pre-LN, real GGUF weights), with ppl and kl sweeps;
+- the same on the embedded SmolLM2-135M (LLaMA, Pre-LN, real GGUF weights), with ppl and kl sweeps and the kl
+  removal curves of the angular, Block Influence and last-n strategies;
 - gradnorm at initialization on in-house llama-71m models, one per placement (pre, post, mix, lns).
 """
 
@@ -13,8 +14,9 @@ from pathlib import Path
 
 from layerprobe.commands.angular import run_angular
 from layerprobe.commands.gradnorm.run import run_gradnorm
+from layerprobe.commands.prune.curve import run_curve
 from layerprobe.commands.prune.run import run_prune
-from layerprobe.config import AngularConfig, DataOptions, GradnormConfig, ModelOptions, PruneConfig
+from layerprobe.config import AngularConfig, CurveSettings, DataOptions, GradnormConfig, ModelOptions, PruneConfig
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir
@@ -28,6 +30,7 @@ FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "smollm2_angular_tokens"
 QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 2048, "smollm2_prune_tokens": 512,
          "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
+CURVE_MAX_REMOVED = 8  # of SmolLM2's 30 layers
 SMOLLM2_BATCH = 2  # sequences of 256 tokens per forward: the sweeps' stored block inputs stay small
 
 
@@ -63,6 +66,11 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
         runs.append(run_prune(PruneConfig(task=task, model=model, data=data, angular=str(angular.folder),
                                           out=str(folder / f"smollm2-prune-{task}"), overwrite=True),
                               stage(f"prune {task} (SmolLM2)")))
+    # removal curves of the cheap strategies (greedy re-scores every layer per step: README, "Removal curves")
+    data = DataOptions("builtin", "text", size["smollm2_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+    curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED)
+    runs.append(run_curve(PruneConfig(task="kl", model=model, data=data, curve=curve, angular=str(angular.folder),
+                                      out=str(folder / "smollm2-curve-kl"), overwrite=True), stage("curve kl (SmolLM2)")))
     return runs
 
 

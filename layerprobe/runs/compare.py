@@ -157,6 +157,26 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
                                      limit, outside(float(row["delta"]), other, delta, limit)))
 
 
+def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    """Each (strategy, k)'s score, within the prune tolerance of the run's scale; a changed layer choice is noted."""
+    for key in ("task", "metric", "part"):
+        if old.summary.get(key) != new.summary.get(key):
+            raise RunError(f"curve runs of different {key}s ({old.summary.get(key)} vs {new.summary.get(key)}): compare "
+                           "runs of the same settings.")
+    a = old.tables["curve"].set_index(["strategy", "k"])
+    b = new.tables["curve"].set_index(["strategy", "k"])
+    _same_keys(a.index, b.index, "curve.csv (strategies, k)")
+    limit = tol["prune"] * max(abs(float(a["baseline"].iloc[0])), float(a["delta"].abs().max()), 1e-12)
+    for (strategy, k), row in a.iterrows():
+        other = b.loc[(strategy, k)]
+        delta = float(other["score"]) - float(row["score"])
+        into.checks.append(Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]),
+                                 float(other["score"]), delta, limit, outside(float(row["score"]), float(other["score"]),
+                                                                               delta, limit)))
+        if str(row["removed"]) != str(other["removed"]):
+            into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
+
+
 def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     keys = ["norm", "step", "layer", "kind", "module"]
     # runs from before --steps existed have no step column: they are step 0 (the loaded tables stay as read)
