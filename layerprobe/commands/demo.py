@@ -31,6 +31,7 @@ QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens":
          "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
 CURVE_MAX_REMOVED = 8  # of SmolLM2's 30 layers
+CURVE_KEEP = 0.8  # kl <= ln(1/0.8) = 0.22 nats: a 135M model loses more than 0.05 nats to any one layer
 SMOLLM2_BATCH = 2  # sequences of 256 tokens per forward: the sweeps' stored block inputs stay small
 
 
@@ -68,7 +69,7 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
                               stage(f"prune {task} (SmolLM2)")))
     # removal curves of the cheap strategies (greedy re-scores every layer per step: README, "Removal curves")
     data = DataOptions("builtin", "text", size["smollm2_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
-    curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED)
+    curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED, keep=CURVE_KEEP)
     runs.append(run_curve(PruneConfig(task="kl", model=model, data=data, curve=curve, angular=str(angular.folder),
                                       out=str(folder / "smollm2-curve-kl"), overwrite=True), stage("curve kl (SmolLM2)")))
     return runs

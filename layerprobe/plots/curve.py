@@ -28,10 +28,22 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
     if chance is not None:
         ax.axhline(chance, color="#8e44ad", linewidth=0.9, linestyle="-.", label=f"chance ({chance:g})")
     ax.set_xlim(0, max(fractions) * 1.02 if max(fractions) > 0 else 1)
+    scores = [v for v in table["score"] if v == v]
+    if scores and min(scores) >= 0 and max(scores) > 50 * max(edge, 1e-12) and table["metric"].iloc[0] != "acc":
+        # lower-is-better scores over decades (one bad strategy's kl of 10 beside 0.1): a log axis shows them all,
+        # linear below the tolerance edge so the unpruned 0 of kl and drift is on the plot
+        ax.set_yscale("symlog", linthresh=max(edge, 1e-6), linscale=0.5)
+        ax.set_ylim(bottom=0)
+    num_layers = round(table["k"].iloc[0] / table["fraction"].iloc[0])
+    top = ax.secondary_xaxis("top", functions=(lambda f: f * num_layers, lambda k: k / num_layers))
+    top.tick_params(labelsize=8)
+    top.set_xlabel("")
+    ax.annotate("layers removed", xy=(1.0, 1.0), xycoords="axes fraction", xytext=(0, 16), textcoords="offset points",
+                ha="right", fontsize=8)
     ax.set_xlabel("Fraction of layers removed")
     ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, pad=24)
     ax.grid(alpha=0.25, linewidth=0.6)
-    ax.legend(fontsize=8, frameon=False, loc="best")
+    ax.legend(fontsize=8, frameon=True, framealpha=0.9, edgecolor="none", loc="best")
     fig.tight_layout()
     return fig
