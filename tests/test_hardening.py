@@ -183,3 +183,27 @@ def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_fil
     assert not (tmp_path / "cut" / "pass.safetensors").exists() and not (tmp_path / "cut" / LOCK).exists()
     assert_error(invoke("angular", model_dirs["llama"], "--dataset", corpus_file, "--out", tmp_path / "cut",
                         "--resume"), "holds no unfinished angular pass")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 32 KiB tmpfs: the first sizeable write ends in ENOSPC (skipped where the test cannot mount one)."""
+    folder = tmp_path / "small"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip()[:80]})")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(full_disk, model_dirs, tmp_path):
+    for args in (("angular", model_dirs["llama"], *TINY), ("prune", model_dirs["llama"], "--task", "kl", *TINY),
+                 ("export", model_dirs["llama"], "--remove", "1")):
+        out = full_disk / args[0]
+        result = invoke(*args, "--out", out)
+        assert_error(result, "No space left on device")
+        assert not (out / "summary.json").exists() and not (out / "config.json").exists()
+        assert not list(full_disk.rglob("*.tmp")) and not list(full_disk.glob(".*.partial"))
+        for leftover in full_disk.iterdir():  # each attempt gets the whole disk
+            subprocess.run(["rm", "-rf", str(leftover)], check=True)

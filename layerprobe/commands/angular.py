@@ -147,9 +147,11 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
             measured_before += positions
             processed += tokens
             done.processed = processed
-            _save(checkpoint, done, {"batches": index + 1, "processed": processed, "measured_before": measured_before})
+            counters = {"batches": index + 1, "processed": processed, "measured_before": measured_before}
+            _save(checkpoint, done, counters)
             if world.main:
                 progress("tokens", processed, total)
+    _save(checkpoint, done, counters, force=True)  # the whole pass: a failed write of the outputs loses nothing
     return done
 
 

@@ -239,8 +239,13 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         if out.exists():
             shutil.rmtree(out) if out.is_dir() else out.unlink()
         partial.rename(out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(partial, ignore_errors=True)
+        # save_pretrained on a full or read-only disk: an OSError, or safetensors' own error for the weights
+        if isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":
+            reason = getattr(exc, "strerror", None) or str(exc).split(": ", 1)[-1]
+            raise RunError(f"Cannot write the export beside '{out}' ({reason}): free space on that disk or pass "
+                           "another --out; nothing was exported.") from None
         raise
     progress("export", 4, 4)
     return removal | {"out": str(out), "encoder": is_encoder(model)}

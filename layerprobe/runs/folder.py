@@ -175,18 +175,30 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and rename: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Write via a temp file in the same folder and rename: readers see the old file or the new one. A full disk or
+    a folder that became unwritable is a RunError naming the file (the temp file is removed, the old file kept)."""
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 whatever the umask
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        import errno
+
+        fix = ("free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
+               else "make the folder writable")
+        raise RunError(f"Cannot write '{path}' ({exc.strerror or first_line(exc)}): {fix} and run the command "
+                       "again (with --resume where it saved its progress), or pass another --out.") from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
 
 
