@@ -58,6 +58,7 @@ class DataOptions:
     tokens: int = 262144  # exact number of token positions to process
     seq_len: int = 1024  # packed sequence length, capped at the model's maximum
     batch_size: int = 8  # sequences per forward pass
+    seq_len_given: bool = field(default=True, compare=False)  # False: seq_len is the default, capped without a word
 
 
 @dataclass
@@ -235,8 +236,16 @@ def _check(data: dict, path: Path) -> dict:
     return data
 
 
+# Environment variables that set a project default for every command (after CLI flags, before [tool.layerprobe])
+ENVIRONMENT = {"dataset": "LAYERPROBE_DATASET"}
+
+
 def pick(cli_value: Any, project: dict, key: str, default: Any) -> Any:
-    """CLI value if given, else the project config's, else the built-in default."""
+    """CLI value if given, else the environment's (ENVIRONMENT), else the project config's, else the default."""
+    import os
+
     if cli_value is not None:
         return cli_value
+    if key in ENVIRONMENT and os.environ.get(ENVIRONMENT[key]):
+        return os.environ[ENVIRONMENT[key]]
     return project.get(key, default)

@@ -17,6 +17,10 @@ class DatasetError(LayerprobeError):
     """The probe corpus is missing, empty or malformed."""
 
 
+class HubDatasetUnavailable(DatasetError):
+    """A hub dataset (c4 by default) cannot be reached: the CLI adds the command line that runs offline."""
+
+
 class ConfigError(LayerprobeError):
     """An option or project-config value is impossible."""
 
@@ -37,3 +41,23 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when empty): what a one-line error quotes."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def all_checks(*checks):
+    """Run every cheap check, even after one fails, and report every problem at once: one failure is raised as
+    it is; several become one line, '2 problems: (1) ... (2) ...', of the first one's type. Returns the results."""
+    results, problems = [], []
+    for check in checks:
+        try:
+            results.append(check())
+        except LayerprobeError as exc:
+            problems.append(exc)
+            results.append(None)
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        listed = " ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+        error = type(problems[0])(f"{len(problems)} problems: {listed}")
+        error.problems = problems
+        raise error from None
+    return results

@@ -33,6 +33,28 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
+def offline_command(exc: Exception) -> str:
+    """For a hub dataset that cannot be reached, the user's own command line with --dataset builtin in place."""
+    from layerprobe.errors import HubDatasetUnavailable
+
+    program = os.path.basename(sys.argv[0]) if sys.argv else ""
+    hub = any(isinstance(e, HubDatasetUnavailable) for e in (exc, *getattr(exc, "problems", ())))
+    if not hub or program not in ("layerprobe", "__main__.py"):
+        return ""  # not a command line (the library, a test runner): nothing exact to show
+    import shlex
+
+    words, kept = sys.argv[1:], []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--dataset":
+            skip = True
+        elif not word.startswith("--dataset="):
+            kept.append(word)
+    return f" Offline: {shlex.join(['layerprobe', *kept, '--dataset', 'builtin'])}"
+
+
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a library function; its typed errors become one red line and exit code 2."""
     from layerprobe.runs.folder import abandon_run_dirs
@@ -41,7 +63,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return fn(*args, **kwargs)
     except LayerprobeError as exc:
         abandon_run_dirs()
-        raise fail(str(exc)) from None
+        raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
         kept = abandon_run_dirs()
         where = ", ".join(escape(str(p)) for p in kept)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from layerprobe.errors import RunError
 from layerprobe.cli.common import call, fail
 
 
@@ -30,7 +31,8 @@ def compare(
     if output:
         try:
             atomic_write_text(Path(output), text if text.endswith("\n") else text + "\n")
-        except OSError as exc:
-            raise fail(f"--output '{output}' cannot be written ({exc.strerror or exc}): pass a writable file path.") from None
+        except RunError as exc:  # the file's folder is missing, a file, read-only or full
+            raise fail(f"--output '{output}' cannot be written ({str(exc).split('(', 1)[-1].split(')')[0]}): pass a "
+                       "writable file path.") from None
     typer.echo(text)
     raise typer.Exit(result.exit_code)

@@ -180,7 +180,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         lens = False
     checkpoint = None
     if world.size == 1:
-        identity = {k: v for k, v in dataclasses.asdict(config.data).items()} | {
+        identity = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "seq_len_given"} | {
             "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
             "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len,
             "lens_tokens": config.lens_tokens if lens else 0, "sums": 2}  # sums 2: with Block Influence

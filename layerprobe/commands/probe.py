@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,7 +10,8 @@ from layerprobe.config import DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import check_sizes, sequence_limit
 from layerprobe.models.layers import BlockStack, find_blocks
-from layerprobe.models.load import LoadedModel, load_model, locate
+from layerprobe.errors import ModelLoadError, TaskError, all_checks
+from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
 
 
 @dataclass
@@ -52,11 +54,36 @@ class Probe:
         }
 
 
-def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True) -> Probe:
-    """The cheap checks first (sizes, a local model folder, then the corpus), then model, blocks and seq-len."""
-    check_sizes(data.tokens, data.seq_len, data.batch_size)
-    locate(model.model, model.gguf_file)  # a missing or broken folder is named before any dataset problem
-    corpus = open_corpus(data.dataset, data.text_field) if need_corpus else None
+def _check_model(model: ModelOptions, head: str) -> None:
+    """What can be told about the model without loading it: a missing or broken folder, a hub id while the hub is
+    offline and not cached, a question-answering task on a checkpoint saved without a QA head."""
+    source, _ = locate(model.model, model.gguf_file)
+    if source == "hub" and os.environ.get("HF_HUB_OFFLINE") == "1" and not hub_cached(model.model, model.revision):
+        raise ModelLoadError(f"Model '{model.model}' is a hub id, the hub is offline here (HF_HUB_OFFLINE) and it is "
+                             "not in the local cache: pass a local folder, or run online once to cache it.")
+    if head == "qa":
+        name = checkpoint_architecture(model.model, model.revision, model.trust_remote_code, model.gguf_file)
+        if name and not name.endswith("ForQuestionAnswering"):
+            raise TaskError(f"squad needs a trained question-answering head and '{model.model}' was saved as {name} "
+                            "(no QA head): fine-tune it on SQuAD or pass a QA checkpoint.")
+
+
+def preflight(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,
+              more: tuple = ()) -> list:
+    """Every check that needs no model (sizes, the model's source and head, the corpus, and `more` of the caller),
+    all run, every problem reported at once. Returns [corpus, *results of more]."""
+    results = all_checks(lambda: check_sizes(data.tokens, data.seq_len, data.batch_size),
+                         lambda: _check_model(model, head),
+                         lambda: open_corpus(data.dataset, data.text_field) if need_corpus else None, *more)
+    return results[2:]
+
+
+def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,
+               corpus: Any = None) -> Probe:
+    """The cheap checks first (preflight, unless the caller ran it and passes the corpus), then model, blocks and
+    seq-len."""
+    if corpus is None:
+        corpus = preflight(model, data, head, need_corpus)[0]
     loaded = load_model(model.model, head=head, dtype=model.dtype, device=model.device, revision=model.revision,
                         trust_remote_code=model.trust_remote_code, device_map=model.device_map, offload=model.offload,
                         gguf_file=model.gguf_file, cache=model.cache)
@@ -65,6 +92,7 @@ def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_
     seq_len = data.seq_len
     limit = sequence_limit(loaded.model, loaded.tokenizer)
     if need_corpus and limit is not None and seq_len > limit[0]:
-        warnings.append(f"--seq-len {seq_len} exceeds {limit[1]}; using {limit[0]}.")
+        if data.seq_len_given:  # the default 1024 is capped without a word: only what the user asked for is news
+            warnings.append(f"--seq-len {seq_len} exceeds {limit[1]}; using {limit[0]}.")
         seq_len = limit[0]
     return Probe(loaded, stack, corpus, seq_len, warnings)

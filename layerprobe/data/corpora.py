@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerprobe.errors import DatasetError
+from layerprobe.errors import DatasetError, HubDatasetUnavailable
 
 BUILTIN_ALIASES = ("builtin", "pydoc")
 C4 = ("allenai/c4", "en", "validation")
@@ -65,7 +65,7 @@ def open_corpus(spec: str = "c4", text_field: str = "text") -> Corpus:
         name, config, split = (parts + [None, None])[:3]
         split = split or "train"
     if _hub_offline():
-        raise DatasetError(
+        raise HubDatasetUnavailable(
             f"Dataset '{spec}' streams from the Hugging Face hub, which is offline here "
             f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE): {_OFFLINE_FIX}."
         )
@@ -161,7 +161,7 @@ def _read_hub(corpus: Corpus) -> Iterator[str]:
         first = next(iterator, None)
     except Exception as exc:  # network, auth and missing-config errors all land here
         first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatasetError(f"Could not stream dataset '{corpus.spec}' from the hub ({first_line}): {_OFFLINE_FIX}.") from None
+        raise HubDatasetUnavailable(f"Could not stream dataset '{corpus.spec}' from the hub ({first_line}): {_OFFLINE_FIX}.") from None
     if first is None:
         return
     yield _field(first, corpus, f"Dataset '{corpus.spec}'")

@@ -154,6 +154,16 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
     return getattr(text_config(config), "model_type", None)
 
 
+def hub_cached(spec: str, revision: str | None = None) -> bool:
+    """Is this hub id's config in the local hub cache (so an offline load can work)?"""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(spec, "config.json", revision=revision), str)
+    except Exception:  # an id the hub library rejects is not cached
+        return False
+
+
 def checkpoint_architecture(spec: str, revision: str | None = None, trust_remote_code: bool = False,
                             gguf_file: str | None = None) -> str | None:
     """The class a checkpoint was saved from (its config's first `architectures` entry; a GGUF is a causal LM)."""

@@ -237,6 +237,7 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs."""
     out = config.out or str(Path("reports") / slug(subjects.name) / "gradnorm")
     identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
+    identity["data"] = {k: v for k, v in identity["data"].items() if k != "seq_len_given"}  # how, not what
     loaded = subjects.cases[0][1]
     identity |= {"resolved_dtype": subjects.dtype, "device_kind": str(subjects.device).split(":")[0],
                  "weights": loaded.fingerprint() if loaded is not None else None}

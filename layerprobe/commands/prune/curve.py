@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands.probe import Probe, open_probe
+from layerprobe.commands.probe import Probe, open_probe, preflight
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
-from layerprobe.commands.prune.sweeps import SweepJob, make_sweep
+from layerprobe.commands.prune.sweeps import SWEEPS, SweepJob, make_sweep, task_kind
 from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, RunError
@@ -215,9 +215,11 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
-    task = make_sweep(config)  # a bad task name fails before any load
-    needs_corpus = task.needs_corpus or bool({"greedy", "angular", "bi"} & set(settings.strategies))
-    probe = open_probe(config.model, config.data, head=task.head, need_corpus=needs_corpus)
+    kind = SWEEPS[task_kind(config.task)]
+    needs_corpus = kind.needs_corpus or bool({"greedy", "angular", "bi"} & set(settings.strategies))
+    corpus, task = preflight(config.model, config.data, kind.head if isinstance(kind.head, str) else "causal-lm",
+                             needs_corpus, more=(lambda: make_sweep(config),))  # every cheap problem at once
+    probe = open_probe(config.model, config.data, head=task.head, need_corpus=needs_corpus, corpus=corpus)
     warnings = probe.warnings + task.check(probe)
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)

@@ -6,10 +6,10 @@ import dataclasses
 import time
 from pathlib import Path
 
-from layerprobe.commands.probe import open_probe
+from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.commands.prune.merge import merge_shards
 from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
-from layerprobe.commands.prune.sweeps import SweepJob, make_sweep
+from layerprobe.commands.prune.sweeps import SWEEPS, SweepJob, make_sweep, task_kind
 from layerprobe.config import PruneConfig
 from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
@@ -45,8 +45,11 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
-    task = make_sweep(config)  # tasks are built before the model loads: a bad name fails in seconds
-    probe = open_probe(config.model, config.data, head=task.head, need_corpus=task.needs_corpus)
+    kind = SWEEPS[task_kind(config.task)]
+    # tasks are built before the model loads, beside the other cheap checks: every problem is named at once
+    corpus, task = preflight(config.model, config.data, kind.head if isinstance(kind.head, str) else "causal-lm",
+                             kind.needs_corpus, more=(lambda: make_sweep(config),))
+    probe = open_probe(config.model, config.data, head=task.head, need_corpus=task.needs_corpus, corpus=corpus)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
     sweep_size = len(variants)
