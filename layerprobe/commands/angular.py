@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands.probe import open_probe
+from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
@@ -170,9 +170,10 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         check_resumable(Path(out), "angular")
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume) if world.main else None
+    corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
     head = lens_head(config)
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
-                       head=head)
+                       head=head, corpus=corpus)
     lens = head == "causal-lm"
     if lens and probe.loaded.new_head:
         probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "

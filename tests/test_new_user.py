@@ -1,0 +1,67 @@
+"""What a new user hits first (issue 17): the order and completeness of the cheap checks, the dataset default from
+the environment and the project, the exact offline command, warnings only about what was asked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+
+from .helpers import assert_error
+
+runner = CliRunner()
+SMALL = ["--tokens", "64", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
+
+
+def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
+    missing = tmp_path / "none.json"
+    result = runner.invoke(app, ["prune", "no-such-org/no-such-model", "--task", "squad", "--dataset", str(missing),
+                                 "--out", str(tmp_path / "r")])
+    assert_error(result, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id, the hub is offline")
+    assert f"(2) SQuAD file '{missing}' does not exist" in " ".join(result.output.split())
+    no_head = runner.invoke(app, ["prune", str(minilm_dir), "--task", "squad", "--dataset", str(missing),
+                                  "--out", str(tmp_path / "r")])
+    assert_error(no_head, "was saved as BertModel (no QA head)")
+    both = runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"])
+    assert_error(both, "3 problems: (1) --tokens must be a positive integer")
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_offline_error_shows_the_command_that_runs(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "layerprobe", "angular", "minilm", "--tokens", "64", "--out",
+                           str(tmp_path / "a")], capture_output=True, text=True,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "LAYERPROBE_DATASET": ""})
+    assert done.returncode == 2
+    text = " ".join(done.stdout.split() + done.stderr.split())
+    assert f"Offline: layerprobe angular minilm --tokens 64 --out {tmp_path / 'a'} --dataset builtin" in text
+
+
+def test_dataset_default_from_environment_and_project(model_dirs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAYERPROBE_DATASET", "builtin")
+    result = runner.invoke(app, ["gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", "1", "--batches", "1",
+                                 "--seq-len", "16", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g")])
+    assert result.exit_code == 0, result.output
+    monkeypatch.delenv("LAYERPROBE_DATASET")
+    (tmp_path / "layerprobe.toml").write_text('dataset = "builtin"\n')
+    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    (tmp_path / "layerprobe.toml").write_text('dataset = "c4"\n')
+    monkeypatch.setenv("LAYERPROBE_DATASET", "builtin")  # the environment wins over the project file
+    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+
+
+def test_seq_len_warning_only_for_what_was_asked(model_dirs, tmp_path):
+    """The tiny models have 128 positions: the default 1024 is capped silently, an asked 1024 is named."""
+    base = ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "256", "--batch-size", "2"]
+    quiet = runner.invoke(app, [*base, "--out", str(tmp_path / "q")])
+    assert quiet.exit_code == 0 and "exceeds" not in quiet.output, quiet.output
+    asked = runner.invoke(app, [*base, "--seq-len", "1024", "--out", str(tmp_path / "a")])
+    assert asked.exit_code == 0
+    assert "--seq-len 1024 exceeds the model's 128 positions (max_position_embeddings); using 128" in " ".join(
+        asked.output.split())
