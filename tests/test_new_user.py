@@ -65,3 +65,18 @@ def test_seq_len_warning_only_for_what_was_asked(model_dirs, tmp_path):
     assert asked.exit_code == 0
     assert "--seq-len 1024 exceeds the model's 128 positions (max_position_embeddings); using 128" in " ".join(
         asked.output.split())
+
+
+def test_one_name_per_meaning_and_one_way_to_show_defaults():
+    helps = {c: " ".join(runner.invoke(app, [c, "--help"]).output.split())
+             for c in ("angular", "prune", "gradnorm", "toy", "report", "compare", "merge", "demo", "export")}
+    for command, text in helps.items():
+        assert "[default:" not in text and "<bool>" not in text, command
+    assert "--mix-alpha" in helps["gradnorm"] and "--alpha " not in helps["gradnorm"]
+    assert "--mix-alpha" in helps["toy"] and "--branch-scale" in helps["toy"] and "--alpha " not in helps["toy"]
+    assert "--out" in helps["compare"] and "--output" not in helps["compare"]
+    # the old spellings still work, hidden
+    assert_error(runner.invoke(app, ["gradnorm", "--arch", "tiny", "--alpha", "1.5", "--dataset", "builtin"]),
+                 "--mix-alpha must be within [0, 1], got 1.5")
+    assert_error(runner.invoke(app, ["gradnorm", "--arch", "tiny", "--mix-alpha", "1.5", "--dataset", "builtin"]),
+                 "--mix-alpha must be within [0, 1], got 1.5")

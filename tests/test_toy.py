@@ -118,8 +118,8 @@ def test_toy_cli_reproduces_the_pre_ln_random_walk(tmp_path):
 
 @pytest.mark.parametrize("args,needle", [
     (["--norm", "pre,middle"], "middle"),
-    (["--alpha", "0"], "--alpha"),
-    (["--alpha", "x"], "--alpha"),
+    (["--branch-scale", "0"], "--branch-scale"),
+    (["--alpha", "x"], "--branch-scale"),  # the old name still works
     (["--depth", "1"], "--depth"),
     (["--mix-alpha", "2"], "--mix-alpha"),
 ])

@@ -13,9 +13,10 @@ def compare(
     new: str = typer.Argument(..., help="New run folder of the same command (or folder of runs, paired by path)."),
     tolerance: list[str] = typer.Option(None, "--tolerance", help="KEY=VALUE, repeatable: angular (absolute), prune "
                                         "(fraction of the baseline score), gradnorm, variance (relative)."),
-    fmt: str = typer.Option("text", "--format", help="text, markdown ($GITHUB_STEP_SUMMARY), json or junit."),
-    output: str = typer.Option(None, "--output", help="Also write the report to this file."),
-    max_rows: int = typer.Option(50, "--max-rows", help="Offending entries listed (all are counted)."),
+    fmt: str = typer.Option("text", "--format", show_default=False, help="text (default), markdown ($GITHUB_STEP_SUMMARY), json or junit."),
+    output: str = typer.Option(None, "--out", help="Also write the verdict to this file."),
+    output_alias: str = typer.Option(None, "--output", hidden=True),  # the old name, kept for existing CI scripts
+    max_rows: int = typer.Option(50, "--max-rows", show_default=False, help="Offending entries listed (all are counted; default 50)."),
 ) -> None:
     """Compare two runs metric by metric, layer by layer; name every entry outside tolerance."""
     from pathlib import Path
@@ -28,11 +29,12 @@ def compare(
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))
     result = call(compare_folders, baseline, new, tolerances)
     text = call(render, result, fmt, max_rows)
+    output = output or output_alias
     if output:
         try:
             atomic_write_text(Path(output), text if text.endswith("\n") else text + "\n")
         except RunError as exc:  # the file's folder is missing, a file, read-only or full
-            raise fail(f"--output '{output}' cannot be written ({str(exc).split('(', 1)[-1].split(')')[0]}): pass a "
+            raise fail(f"--out '{output}' cannot be written ({str(exc).split('(', 1)[-1].split(')')[0]}): pass a "
                        "writable file path.") from None
     typer.echo(text)
     raise typer.Exit(result.exit_code)

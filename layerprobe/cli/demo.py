@@ -12,7 +12,8 @@ QUICK_TOLERANCES = {"angular": 0.03, "prune": 0.25, "gradnorm": 0.5, "variance":
 
 
 def demo(
-    out_dir: str = typer.Option("reports/demo", "--out", help="Demo folder (a timestamped sibling if it exists)."),
+    out_dir: str = typer.Option("reports/demo", "--out", show_default=False,
+                                help="Demo folder (default reports/demo; a timestamped sibling if it exists)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
 ) -> None:

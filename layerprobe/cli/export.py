@@ -14,20 +14,20 @@ def export(
                                 "default with --from-curve: the curve run's model."),
     remove: str = typer.Option(None, "--remove", help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 "
                                "through 27; 3,7,9-11."),
-    part: str = typer.Option("block", "--part", help="block (default): the blocks go; attn or mlp: that sub-layer's "
+    part: str = typer.Option("block", "--part", show_default=False, help="block (default): the blocks go; attn or mlp: that sub-layer's "
                              "output projection is zeroed (same size, same outputs as prune --part)."),
     from_curve: str = typer.Option(None, "--from-curve", help="A `prune --curve` run folder: export a strategy's choice."),
-    strategy: str = typer.Option("angular", "--strategy", help="--from-curve: angular, bi, greedy or last."),
+    strategy: str = typer.Option("angular", "--strategy", show_default=False, help="--from-curve: angular (default), bi, greedy or last."),
     k: int = typer.Option(None, "--k", help="--from-curve: layers removed (default: the strategy's largest k within tolerance)."),
     out_dir: str = typer.Option(..., "--out", help="Folder for the exported checkpoint."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
+    dtype: str = typer.Option("auto", "--dtype", show_default=False, help="auto (float32 on CPU, bfloat16 on GPU; default), float32, bfloat16, float16."),
     device: str = o.Device,
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
     gguf_file: str = o.GGUFFile,
     cache: bool = o.Cache,
-    verify: bool = typer.Option(True, "--verify/--no-verify", help="Reload the export with plain transformers and "
+    verify: bool = typer.Option(True, "--verify/--no-verify", show_default=False, help="Reload the export with plain transformers and "
                                 "compare its outputs with the pruned model before finishing (default on)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out folder."),
 ) -> None:

@@ -16,7 +16,8 @@ def gradnorm(
                              "llama-1b, llama-7b."),
     norm: str = typer.Option(None, "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich (default "
                              "pre,post,mix,lns)."),
-    alpha: float = typer.Option(None, "--alpha", help="Mix-LN: fraction of Post-LN layers, in [0, 1] (default 0.25)."),
+    alpha: float = typer.Option(None, "--mix-alpha", help="Mix-LN: fraction of Post-LN layers, in [0, 1] (default 0.25)."),
+    alpha_alias: float = typer.Option(None, "--alpha", hidden=True),  # the old name, kept for existing scripts
     norm_type: str = typer.Option(None, "--norm-type", help="rmsnorm (default) or layernorm."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer for in-house models (default: embedded MiniLM's)."),
     seeds: int = typer.Option(None, "--seeds", help="Initializations per placement (default 3)."),
@@ -60,7 +61,7 @@ def gradnorm(
                            device_map, offload, gguf_file, cache) if model else None,
         arch=given(arch, d.arch),
         norms=tuple(n.strip() for n in norm.split(",") if n.strip()) if norm is not None else d.norms,
-        alpha=given(alpha, d.alpha),
+        alpha=given(alpha if alpha is not None else alpha_alias, d.alpha),
         norm_type=given(norm_type, d.norm_type),
         tokenizer=tokenizer,
         seeds=given(seeds, d.seeds),

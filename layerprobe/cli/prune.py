@@ -20,11 +20,11 @@ def prune(
     limit: float = typer.Option(None, "--limit", help="lm-eval/squad: first N documents or questions (a fraction if < 1)."),
     layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
     block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
-    part: str = typer.Option("block", "--part", help="What goes of each removed layer: block (all of it), attn or mlp "
+    part: str = typer.Option("block", "--part", show_default=False, help="What goes of each removed layer: block (all of it; default), attn or mlp "
                              "(only that sub-layer; the residual path stays)."),
     curve: bool = typer.Option(False, "--curve", help="Removal curves: for k = 1..K, the k layers each strategy picks, "
                                "scored on --task -> curve.csv, curve.png."),
-    strategies: str = typer.Option(",".join(CURVE_STRATEGIES), "--strategies", help="--curve: comma-separated, of "
+    strategies: str = typer.Option(",".join(CURVE_STRATEGIES), "--strategies", show_default=False, help="--curve: comma-separated (default all four), of "
                                    "angular (best block of k by d(l, k)), bi (k smallest Block Influence), greedy "
                                    "(SLEB-style, one layer at a time), last (the last k)."),
     max_removed: int = typer.Option(None, "--max-removed", help="--curve: largest k (default: --max-fraction of the layers)."),
@@ -35,9 +35,9 @@ def prune(
     shard: str = typer.Option(None, "--shard", help="K/N: only the K-th of N disjoint slices of the variants (SLURM "
                               "arrays, one process per GPU); join the N run folders with `layerprobe merge`."),
     metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
-    shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix",
+    shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix", show_default=False,
                                        help="Restart each variant from the stored block input (ppl/kl/drift and lm-eval "
-                                       "loglikelihood tasks); --no-shared-prefix scores each variant on its own."),
+                                       "loglikelihood tasks; default); --no-shared-prefix scores each variant on its own."),
     max_memory: str = typer.Option(None, "--max-memory", help="lm-eval shared prefix: memory for a batch's stored "
                                    "block inputs, e.g. 8GiB (default: half the free GPU memory, a quarter of RAM)."),
     angular_dir: str = typer.Option(None, "--angular", help="Angular run of the same model, for the correlation."),

@@ -14,7 +14,9 @@ def toy(
                              "pre,post,mix,lns)."),
     depth: int = typer.Option(None, "--depth", help="Residual blocks (default 100)."),
     width: int = typer.Option(None, "--width", help="Hidden size (default 256)."),
-    alpha: str = typer.Option(None, "--alpha", help="Scale of FC2, or several: 0.5,1,2 (default 1.0)."),
+    alpha: str = typer.Option(None, "--branch-scale", help="alpha, the scale of FC2 (each block's update against its "
+                              "input), or several: 0.5,1,2 (default 1.0); toy.csv's alpha column."),
+    alpha_alias: str = typer.Option(None, "--alpha", hidden=True),  # the old name, kept for existing scripts
     samples: int = typer.Option(None, "--samples", help="i.i.d. Gaussian inputs (default 4096)."),
     seed: int = typer.Option(None, "--seed", help="Seed of weights and inputs (default 0)."),
     mix_alpha: float = typer.Option(None, "--mix-alpha", help="Mix-LN: fraction of Post-LN blocks, in [0, 1] (default 0.25)."),
@@ -29,10 +31,11 @@ def toy(
     project, _ = call(find_project_config)
     out_dir = out_dir or (f"{project['out']}/toy" if "out" in project else None)
     d = ToyConfig()  # the defaults
+    alpha = alpha if alpha is not None else alpha_alias
     try:
         alphas = tuple(float(a) for a in alpha.split(",") if a.strip()) if alpha is not None else d.alphas
     except ValueError:
-        raise fail(f"--alpha '{alpha}' is not a list of numbers, e.g. 0.5,1,2.") from None
+        raise fail(f"--branch-scale '{alpha}' is not a list of numbers, e.g. 0.5,1,2.") from None
 
     norms = tuple(n.strip() for n in norm.split(",") if n.strip()) if norm is not None else d.norms
     config = ToyConfig(norms, given(depth, d.depth), given(width, d.width), alphas, given(samples, d.samples),

@@ -102,7 +102,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
     if config.depth < 2 or config.width < 2 or config.samples < 2:
         raise ConfigError("--depth, --width and --samples must be at least 2.")
     if not config.alphas or any(not a > 0 or math.isinf(a) for a in config.alphas):
-        raise ConfigError(f"--alpha must be positive numbers, got {', '.join(map(str, config.alphas)) or 'none'}.")
+        raise ConfigError(f"--branch-scale must be positive numbers, got {', '.join(map(str, config.alphas)) or 'none'}.")
     if not 0.0 <= config.mix_alpha <= 1.0:
         raise ConfigError(f"--mix-alpha must be within [0, 1], got {config.mix_alpha}.")
     gen = torch.Generator().manual_seed(config.seed + 1)

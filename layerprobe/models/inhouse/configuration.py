@@ -79,7 +79,7 @@ def make_config(size: str = "tiny", placement: str = "pre", **overrides: Any) ->
     check_placements([placement])
     alpha = overrides.get("mix_alpha", 0.25)
     if not 0.0 <= alpha <= 1.0:
-        raise ConfigError(f"--alpha must be within [0, 1], got {alpha}.")
+        raise ConfigError(f"--mix-alpha must be within [0, 1], got {alpha}.")
     if overrides.get("norm_type", "rmsnorm") not in NORM_TYPES:
         raise ConfigError(f"Unknown --norm-type '{overrides['norm_type']}': use rmsnorm or layernorm.")
     return ProbeLlamaConfig(**{**SIZES[size], "norm_placement": placement, **overrides})
