@@ -80,3 +80,15 @@ def test_one_name_per_meaning_and_one_way_to_show_defaults():
                  "--mix-alpha must be within [0, 1], got 1.5")
     assert_error(runner.invoke(app, ["gradnorm", "--arch", "tiny", "--mix-alpha", "1.5", "--dataset", "builtin"]),
                  "--mix-alpha must be within [0, 1], got 1.5")
+
+
+def test_report_markdown_has_no_entities_and_titles_no_local_paths(model_dirs, tmp_path):
+    run = tmp_path / "runs" / "angular"
+    assert runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--dataset", "builtin",
+                               "--out", str(run)]).exit_code == 0
+    assert runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(tmp_path / "page")]).exit_code == 0
+    markdown = (tmp_path / "page" / "report.md").read_text()
+    assert "&#" not in markdown and "&amp;" not in markdown
+    assert "Python's built-in documentation" in markdown
+    headings = [line for line in markdown.splitlines() if line.startswith("#")]
+    assert "### llama" in headings and not any(str(tmp_path) in h for h in headings)

@@ -22,7 +22,7 @@ from layerprobe.models.load import peek_model_type
 from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_resumable, model_label, prepare_run_dir, slug
 from layerprobe.runs.resume import PassCheckpoint
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
@@ -301,7 +301,7 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
     ]
     summary = {"command": "angular", **facts, "seconds": round(seconds, 3), "prune_first": best_per_n,
                "warnings": warnings}
-    title = f"{facts['model']}: angular distance over {facts['tokens']:,} tokens ({facts['positions']} positions)"
+    title = f"{model_label(facts['model'])}: angular distance over {facts['tokens']:,} tokens ({facts['positions']} positions)"
     figure = angular_heatmap(stats.distance.numpy(), title)
     return write_run(folder, "angular", tables={"angular": angular, "layers": layers}, figures={"heatmap": figure},
                      summary=summary, config=config, started=started, seconds=seconds, facts=facts,

@@ -165,6 +165,23 @@ def _head(spec: str, config: ExportConfig) -> str:
     return "base"
 
 
+def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
+            difference: float | None, gain: dict | None) -> dict:
+    """layerprobe-removal.json: what was removed from what, the convention, the verification and the gain."""
+    keep = [i for i in range(len(stack)) if i not in ids]
+    head_class = type(loaded.model).__name__
+    return {
+        "source_model": loaded.spec, "source_path": str(loaded.path) if loaded.path else None,
+        "revision": loaded.revision, "weights": loaded.fingerprint(), "gguf": loaded.gguf,
+        "architecture": head_class, "layers_path": stack.path, "part": part,
+        "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
+        "removed": ids, "removed_label": ranges_label(ids), "kept": keep, "convention": CONVENTION,
+        "zeroed_parameters": zeroed, "from_curve": config.from_curve, "strategy": config.strategy if config.from_curve else None,
+        "dtype": loaded.dtype, "device": loaded.device, "verified_max_difference": difference, "gain": gain,
+        "loads_with": f"transformers.{head_class}.from_pretrained(folder)",
+    }
+
+
 def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
     always a whole export."""
@@ -216,16 +233,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
                            f"architecture ({head_class}).")
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
-        removal = {
-            "source_model": loaded.spec, "source_path": str(loaded.path) if loaded.path else None,
-            "revision": loaded.revision, "weights": loaded.fingerprint(), "gguf": loaded.gguf,
-            "architecture": head_class, "layers_path": stack.path, "part": part,
-            "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
-            "removed": ids, "removed_label": ranges_label(ids), "kept": keep, "convention": CONVENTION,
-            "zeroed_parameters": zeroed, "from_curve": config.from_curve, "strategy": config.strategy if config.from_curve else None,
-            "dtype": loaded.dtype, "device": loaded.device, "verified_max_difference": difference, "gain": gain,
-            "loads_with": f"transformers.{head_class}.from_pretrained(folder)",
-        }
+        removal = _record(loaded, stack, ids, part, zeroed, config, difference, gain)
         atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
         if part == "block":
             # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id

@@ -67,9 +67,16 @@ def _html_table(frame: Any) -> str:
 
 
 def _md_table(frame: Any) -> str:
-    lines = ["| " + " | ".join(str(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    lines = ["| " + " | ".join(_md(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(_md(v) for v in row) + " |" for row in frame.itertuples(index=False)]
     return "\n".join(lines)
+
+
+def _md(value: Any) -> str:
+    """A Markdown table cell: numbers as in the HTML, text as written (no HTML entities), pipes escaped."""
+    if isinstance(value, float):
+        return "" if value != value else f"{value:.4g}"
+    return str(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _cell(value: Any) -> str:
@@ -121,7 +128,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
             table = kind.function("data_table")(run)
             body_html.append(f"<details open><summary>Per-layer numbers</summary>{_html_table(table)}</details>")
             body_html.append("</section>")
-            body_md += ["| fact | value |", "|---|---|"] + [f"| {k} | {_cell(v)} |" for k, v in facts] + [""]
+            body_md += ["| fact | value |", "|---|---|"] + [f"| {_md(k)} | {_md(v)} |" for k, v in facts] + [""]
             body_md += [_md_table(table), ""]
         body_html.append("</div>")
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

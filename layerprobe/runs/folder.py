@@ -26,6 +26,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "model"
 
 
+def model_label(spec: str) -> str:
+    """How a model is named in titles and labels: a local path by its last part ('/data/ckpt/llama-7b' ->
+    'llama-7b'), a hub id or an embedded name as written. The full path stays in summary.json and manifest.json."""
+    text = str(spec).rstrip("/\\")
+    if os.sep in text and (text.startswith((os.sep, ".", "~")) or os.path.exists(text)):
+        return Path(text).name or text
+    return text
+
+
 LOCK = ".layerprobe.lock"  # in a run folder while a process writes it: "pid@host"; gone once the run is finished
 _held: set[Path] = set()
 

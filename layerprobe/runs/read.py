@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError, first_line
-from layerprobe.runs.folder import LOCK, read_json
+from layerprobe.runs.folder import LOCK, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
 
 
@@ -23,7 +23,8 @@ class Run:
 
     @property
     def model(self) -> str:
-        return str(self.summary.get("model", "?"))
+        """The model as titles and labels name it (a local path by its last part)."""
+        return model_label(str(self.summary.get("model", "?")))
 
     @property
     def kind(self) -> Kind:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.metrics.stats import depth_ratio
+from layerprobe.runs.folder import model_label
 from layerprobe.plots.gradnorm import gradnorm_figure, variance_by_step_figure
 from layerprobe.runs.write import RunResult, write_run
 
@@ -78,9 +79,10 @@ def write_gradnorm_outputs(folder: Path, tables: GradnormTables, config: Any, fa
     if len(losses):
         csvs["loss"] = losses
     steps = sorted(table["step"].unique())
-    figures = {"gradnorm": gradnorm_figure(table, variance, facts)}
+    titled = facts | {"model": model_label(str(facts["model"]))}  # titles name a local path by its last part
+    figures = {"gradnorm": gradnorm_figure(table, variance, titled)}
     if steps[-1] != steps[0]:
-        figures["variance"] = variance_by_step_figure(variance, facts)
+        figures["variance"] = variance_by_step_figure(variance, titled)
     summary = {"command": "gradnorm", **facts, "placements": placements_summary(table, variance),
                "seconds": round(seconds, 3), "warnings": warnings}
     if len(losses):

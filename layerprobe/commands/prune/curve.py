@@ -26,7 +26,7 @@ from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, scor
 from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_resumable, model_label, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger
@@ -258,7 +258,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, within_line(metric, higher, baseline, settings.keep),
-                        f"{facts['model']}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
+                        f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
                         f"{num_layers} layers")
     return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,

@@ -10,6 +10,7 @@ import numpy as np
 from layerprobe.errors import ConfigError, RunError
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
+from layerprobe.runs.folder import model_label
 from layerprobe.runs.write import RunResult, write_run
 
 COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
@@ -106,7 +107,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "warnings": warnings,
     }
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric,
-                        f"{facts['model']}: {config.task}, baseline {metric} = {summary['baseline']:.4g}",
+                        f"{model_label(facts['model'])}: {config.task}, baseline {metric} = {summary['baseline']:.4g}",
                         distance, correlation, {CHEAP_SIGNALS.get(k, "angular d"): v for k, v in correlations.items()})
     return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
