@@ -72,7 +72,7 @@ class AngularConfig:
     overwrite: bool = False  # replace an existing run folder instead of making a timestamped one
     resume: bool = False  # continue an interrupted pass in --out from its last saved sums
     save_every: float = 60.0  # seconds between saves of the running sums (the work a kill can lose)
-    lens_tokens: int = 1024  # causal LMs: positions for the logit-lens column of layers.csv (0: none)
+    lens_tokens: int = 512  # causal LMs: positions for the logit-lens column of layers.csv (0: none)
     formats: tuple[str, ...] = ("png",)  # plot file formats
     top: int = 8  # block sizes shown in the terminal table of most prunable blocks
 

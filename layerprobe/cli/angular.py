@@ -36,7 +36,7 @@ def angular(
     save_every: float = typer.Option(None, "--save-every", help="Seconds between saves of the running sums for "
                                      "--resume (default 60; 0 saves after every batch)."),
     lens_tokens: int = typer.Option(None, "--lens-tokens", help="Causal LMs: token positions for the logit-lens "
-                                    "column of layers.csv (default 1024; 0 skips it)."),
+                                    "column of layers.csv (default 512; 0 skips it)."),
     formats: str = o.Formats,
     top: int = typer.Option(None, "--top", help="Block sizes shown in the terminal table (default 8)."),
 ) -> None:

@@ -19,6 +19,18 @@ def effective_rank(h: torch.Tensor) -> float:
     return float(torch.exp(-(p * p.log()).sum()))
 
 
+def spearman_interval(rho: float, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    """95% interval of a Spearman correlation over n points: Fisher's z with the variance 1.06 / (n - 3) of
+    Fieller, Hartley and Pearson (1957); None under 5 points, where it says nothing."""
+    import math
+
+    if n < 5:
+        return None
+    r = max(min(rho, 0.999999), -0.999999)
+    half = z * math.sqrt(1.06 / (n - 3))
+    return math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)
+
+
 def spearman(x, y) -> float | None:
     """Spearman rank correlation (average ranks for ties); None when undefined (under 3 points or a constant)."""
     import numpy as np

@@ -7,34 +7,57 @@ from typing import Any
 import numpy as np
 
 
+def aligned_zero(bars: tuple[float, float], line_top: float) -> tuple[float, float]:
+    """Limits of a second y-axis whose 0 sits at the height of the first axis's 0 (a distance is >= 0, dP may be
+    negative): two zeros at different heights would make unrelated curves look as if they agreed."""
+    low, high = bars
+    if high <= 0:  # every bar below zero: the zero line is the top of the axes
+        return -line_top, 0.0 + 1e-12
+    return low / high * line_top, line_top
+
+
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
                distance: np.ndarray | None = None, correlation: float | None = None,
-               signals: dict[str, float] | None = None) -> Any:
-    """signals: cheap signal -> Spearman rho with dP, listed in a corner box (which one a user can trust)."""
+               signals: dict[str, float] | None = None, block: int = 1) -> Any:
+    """signals: cheap signal -> Spearman rho with dP, listed under the axes (which one a user can trust)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(max(5.0, 0.28 * len(labels) + 2.5), 3.6))
+    fig = Figure(figsize=(max(5.5, 0.28 * len(labels) + 2.5), 4.2))
     ax = fig.subplots()
     x = np.arange(len(labels))
     colors = ["#3b6fb6" if d >= 0 else "#c0392b" for d in delta]
-    ax.bar(x, delta, color=colors, width=0.8)
+    ax.bar(x, delta, color=colors, width=0.8, label=f"$\\Delta P$ ({metric})")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=90 if len(labels) > 24 else 0, fontsize=8)
-    ax.set_xlabel("Removed layer $\\ell$")
-    ax.set_ylabel(f"$\\Delta P$ ({metric})")
+    ax.set_xticklabels(labels, rotation=90 if len(labels) > 24 else 0)
+    ax.tick_params(labelsize=8)
+    ax.set_xlabel("Removed layer $\\ell$" if block == 1 else f"Removed block of {block} layers, from $\\ell$", fontsize=9)
+    ax.set_ylabel(f"$\\Delta P$ ({metric})", fontsize=9)
     ax.set_title(title, fontsize=10)
+    handles = ax.get_legend_handles_labels()
     if distance is not None:
         twin = ax.twinx()
-        label = "angular $d(x^\\ell, x^{\\ell+n})$"
+        n = "1" if block == 1 else str(block)
+        label = f"angular $d(x^\\ell, x^{{\\ell+{n}}})$"
         if correlation is not None:
-            label += f" (Spearman $\\rho$ = {correlation:.2f})"
+            label += f", Spearman $\\rho$ = {correlation:+.2f}"
         twin.plot(x, distance, color="#e67e22", marker="o", markersize=3, linewidth=1.2, label=label)
-        twin.set_ylabel("angular distance")
-        twin.legend(loc="upper right", fontsize=8, frameon=False)
+        top = float(np.nanmax(distance)) * 1.1 or 1.0
+        twin.set_ylim(*aligned_zero(ax.get_ylim(), top))
+        twin.set_yticks([t for t in twin.get_yticks() if 0 <= t <= top])  # a distance has no negative ticks
+        twin.set_ylabel("angular distance", fontsize=9)
+        twin.tick_params(labelsize=8)
+        more = twin.get_legend_handles_labels()
+        handles = (handles[0] + more[0], handles[1] + more[1])
+    text = ""
     if signals and len(signals) > 1:
-        text = "Spearman $\\rho$ with $\\Delta P$\n" + "\n".join(f"{name}: {rho:+.2f}" for name, rho in signals.items())
-        ax.text(0.01, 0.98, text, transform=ax.transAxes, fontsize=7.5, va="top", ha="left",
-                bbox={"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": "#bbbbbb", "alpha": 0.9})
-    fig.tight_layout()
+        text = "Spearman $\\rho$ with $\\Delta P$: " + ", ".join(f"{name} {rho:+.2f}" for name, rho in signals.items())
+    # legend and correlations below the axes, never over the bars or the line
+    height = fig.get_figheight()
+    line = 0.26 / height  # one text line, as a fraction of the figure's height
+    fig.legend(*handles, loc="lower left", bbox_to_anchor=(0.01, line if text else 0.0), ncol=2, fontsize=8,
+               frameon=False)
+    if text:
+        fig.text(0.015, 0.01, text, ha="left", va="bottom", fontsize=8)
+    fig.tight_layout(rect=(0, line * (2.6 if text else 1.6), 1, 1))
     return fig

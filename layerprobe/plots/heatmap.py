@@ -1,4 +1,4 @@
-"""The papers' angular-distance heatmap: x = first layer l, y = block size n, one shared color scale."""
+"""The papers' angular-distance heatmap: x = first layer l, y = block size n, one colour scale over the data."""
 
 from __future__ import annotations
 
@@ -7,41 +7,65 @@ from typing import Any
 import numpy as np
 
 
-def angular_heatmap(distance: np.ndarray, title: str) -> Any:
-    """distance: (L+1, L+1) mean d(x_i, x_j). Cells with l + n > L are blank; per-row minimum boxed."""
-    import matplotlib
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
+def distance_grid(table: Any) -> np.ndarray:
+    """angular.csv rows (layer, n, distance) -> grid[n-1, l] = d(l, l+n), NaN where l + n > L."""
+    num_layers = int(table["n"].max())
+    grid = np.full((num_layers, num_layers), np.nan)
+    for row in table.itertuples():
+        grid[int(row.n) - 1, int(row.layer)] = row.distance
+    return grid
 
+
+def angular_heatmap(distance: np.ndarray, title: str, limits: tuple[float, float] | None = None) -> Any:
+    """distance: (L+1, L+1) mean d(x_i, x_j). Cells with l + n > L are blank; per-row minimum boxed.
+    limits: the colour scale (default: this run's smallest and largest distance; the report passes one shared
+    range to runs shown side by side)."""
     num_layers = distance.shape[0] - 1
     grid = np.full((num_layers, num_layers), np.nan)  # grid[n-1, l] = d(l, l+n)
     for n in range(1, num_layers + 1):
         for layer in range(num_layers - n + 1):
             grid[n - 1, layer] = distance[layer, layer + n]
+    return heatmap_of_grid(grid, title, limits)
+
+
+def heatmap_of_grid(grid: np.ndarray, title: str, limits: tuple[float, float] | None = None) -> Any:
+    import matplotlib
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    num_layers = grid.shape[0]
+    low, high = limits if limits is not None else (float(np.nanmin(grid)), float(np.nanmax(grid)))
+    norm = Normalize(vmin=low, vmax=high if high > low else low + 1e-12)
     size = min(10.0, 3.0 + 0.22 * num_layers)
     fig = Figure(figsize=(size + 1.2, size * 0.8))
     ax = fig.subplots()
     # viridis reversed: small distances yellow, large purple, as in Gromov et al. and Mix-LN Fig. 2/3/5.
     cmap = matplotlib.colormaps["viridis_r"].with_extremes(bad="white")
-    image = ax.imshow(grid, origin="lower", cmap=cmap, vmin=0.0, vmax=np.nanmax(grid), aspect="auto",
+    image = ax.imshow(grid, origin="lower", cmap=cmap, norm=norm, aspect="auto",
                       extent=(-0.5, num_layers - 0.5, 0.5, num_layers + 0.5))
     for n in range(1, num_layers + 1):
         row = grid[n - 1, : num_layers - n + 1]
         best = int(np.nanargmin(row))
-        ax.add_patch(Rectangle((best - 0.5, n - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.2))
-    if num_layers <= 12:  # small models: print the values, as a table would
+        ax.add_patch(Rectangle((best - 0.5, n - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.4))
+    if num_layers <= 12:  # small models: print the values, as a table would, with the digits the red box needs
         for n in range(1, num_layers + 1):
             for layer in range(num_layers - n + 1):
                 value = grid[n - 1, layer]
-                shade = "white" if value > 0.6 * np.nanmax(grid) else "black"
-                ax.text(layer, n, f"{value:.2f}", ha="center", va="center", fontsize=7, color=shade)
+                r, g, b, _ = cmap(norm(value))
+                dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5  # relative luminance of the cell
+                ax.text(layer, n, f"{value:.3f}", ha="center", va="center", fontsize=7,
+                        color="white" if dark else "black")
     ax.set_xlabel("Layer $\\ell$")
     ax.set_ylabel("Block size $n$")
     ax.set_title(title, fontsize=10)
     step = max(1, num_layers // 16)
     ax.set_xticks(range(0, num_layers, step))
     ax.set_yticks(range(1, num_layers + 1, step))
+    ax.tick_params(labelsize=8)
     bar = fig.colorbar(image, ax=ax)
-    bar.set_label("Angular distance $d(x^\\ell, x^{\\ell+n})$")
+    scale = "shared by the runs shown together" if limits is not None else "this run's range"
+    bar.set_label(f"Angular distance $d(x^\\ell, x^{{\\ell+n}})$ (colour: {scale}, {low:.3f}-{high:.3f})", fontsize=8)
+    bar.ax.tick_params(labelsize=8)
     fig.tight_layout()
     return fig

@@ -28,7 +28,7 @@ def toy_figure(table: Any, fitted: dict, config: Any) -> Any:
         if loglog:
             ax.set_xscale("log")
             ax.set_yscale("log")
-        ax.set_xlabel("Layer l")
+        ax.set_xlabel("Layer $\\ell$")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7, frameon=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprobe.metrics.stats import spearman_interval
 from layerprobe.runs.read import Run
 
 REMOVABLE = 0.2  # d(l, 1) below this: the block changes its input by less than 0.2 * pi radians (36 degrees)
@@ -79,8 +80,9 @@ def prune_findings(run: Run) -> list[str]:
     higher = s.get("higher_is_better", True)
     ordered = main.sort_values("delta", ascending=not higher)
     out = [] if s["metric"] in ("kl", "drift") else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
-    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(3).itertuples())
-           + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(3)[::-1].itertuples())
+    k = min(3, len(ordered) // 2)  # never the same layer in both lists
+    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(k).itertuples())
+           + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(k)[::-1].itertuples())
            + "."]
     if s.get("block", 1) == 1 and len(main) >= 3:
         out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in ordered.head(3)["layer"]],
@@ -91,7 +93,15 @@ def prune_findings(run: Run) -> list[str]:
         expected = rho < 0 if higher else rho > 0  # bigger change -> bigger loss when removed
         how = ("layers that change the representation more cost more to remove" if expected
                else "the opposite of the usual reading: layers that change the representation more cost less to remove")
-        out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}): {how}.")
+        n = len(main)
+        interval = spearman_interval(rho, n)
+        if interval is None:
+            out.append(f"Spearman(d(l, 1), dP) = {rho:+.2f} over only {n} layers: too few layers to tell.")
+        else:
+            low, high = interval
+            sure = "" if low > 0 or high < 0 else "; the interval includes 0, so this could be chance"
+            out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}, 95% "
+                       f"interval {low:+.2f} to {high:+.2f} over {n} layers{sure}): {how}.")
     signals = s.get("spearman_delta") or {}
     if len(signals) > 1:
         sign = -1 if higher else 1  # rho with the cost of removing the layer, not with dP
@@ -123,6 +133,31 @@ def curve_findings(run: Run) -> list[str]:
     if best and best[1]["max_k"]:
         out.append(f"Best strategy here: {best[0]}; export it with `layerprobe export {run.model} --from-curve "
                    f"{run.folder} --strategy {best[0]} --k {best[1]['max_k']}`.")
+    return out
+
+
+def conflicts(runs: list[Run]) -> list[str]:
+    """Where two signals about one model disagree: a layer the angular distance calls cheap (among its k smallest
+    d(l, 1)) that a pruning sweep of the same model finds among its k costliest to remove (k = 3, or half the
+    layers of a small model, so that the two lists can be disjoint)."""
+    out = []
+    for angular in (r for r in runs if r.command == "angular"):
+        one = angular.tables["angular"]
+        one = one[one["n"] == 1].sort_values("distance")
+        k = min(3, len(one) // 2)
+        cheap = [int(x) for x in one["layer"].head(k)]
+        for prune in (r for r in runs if r.command == "prune" and r.summary.get("model") == angular.summary.get("model")):
+            if prune.summary.get("block", 1) != 1:
+                continue
+            table = prune.tables["prune"]
+            main = table[table["metric"] == prune.summary["metric"]]
+            cost = -main["delta"] if prune.summary.get("higher_is_better", True) else main["delta"]
+            costly = [int(x) for x in main.assign(cost=cost.to_numpy()).sort_values("cost")["layer"].tail(k)]
+            both = sorted(set(cheap) & set(costly))
+            if both:
+                out.append(f"{angular.model}: layer(s) {', '.join(map(str, both))} change the representation least "
+                           f"(angular) yet are among the {k} costliest to remove ({prune.summary.get('task')}): "
+                           "trust the measured cost; the angular distance misses what these layers do.")
     return out
 
 

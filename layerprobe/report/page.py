@@ -11,7 +11,7 @@ from typing import Any
 
 from layerprobe.errors import RunError
 from layerprobe.plots.overlay import overlay_figure
-from layerprobe.report.findings import describe, findings
+from layerprobe.report.findings import conflicts, describe, findings
 from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, save_figure
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
@@ -85,6 +85,25 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
+    """Angular runs shown side by side get their heatmaps drawn again on one colour scale (their joint range), so
+    a colour means the same distance in each; a single run keeps its own figure."""
+    if len(group) < 2:
+        return {}
+    import numpy as np
+
+    from layerprobe.plots.heatmap import distance_grid, heatmap_of_grid
+
+    grids = [distance_grid(run.tables["angular"]) for run in group]
+    limits = (min(float(np.nanmin(g)) for g in grids), max(float(np.nanmax(g)) for g in grids))
+    paths = {}
+    for index, (run, grid) in enumerate(zip(group, grids)):
+        title = f"{run.model}: angular distance over {run.summary.get('tokens', 0):,} tokens"
+        paths[index] = save_figure(assets / f"angular_{index}_heatmap_shared", heatmap_of_grid(grid, title, limits),
+                                   ("png",))[0]
+    return paths
+
+
 def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -> Report:
     """One page for one or more runs; same-command runs sit side by side, with overlays across them."""
     try:
@@ -98,6 +117,11 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
     body_html = [f"<h1>{html.escape(title)}</h1>",
                  f'<p class="muted">{len(runs)} run(s): ' + ", ".join(html.escape(r.label) for r in runs) + "</p>"]
     body_md = [f"# {title}", "", f"{len(runs)} run(s): " + ", ".join(r.label for r in runs), ""]
+    disagree = conflicts(runs)
+    if disagree:
+        body_html += ["<h2>Where the signals disagree</h2>",
+                      '<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in disagree) + "</ul>"]
+        body_md += ["## Where the signals disagree", ""] + [f"- {n}" for n in disagree] + [""]
     for caption, path in overlays:
         body_html += [f"<h2>{html.escape(caption)}</h2>", _img_tag(path, caption)]
         body_md += [f"## {caption}", "", f"![{caption}](report_files/{path.name})", ""]
@@ -107,6 +131,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
         if not group:
             continue
         heading = kind.heading
+        shared = _shared_heatmaps(group, assets) if command == "angular" else {}
         body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
         body_md += [f"## {heading}", ""]
         for index, run in enumerate(group):
@@ -115,10 +140,11 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
             body_html.append(f"<section><h3>{html.escape(run.label)}</h3>")
             body_html.append('<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
             body_md += [f"### {run.label}", ""] + [f"- {n}" for n in notes] + [""]
-            plot = run.plot()
+            plot = shared.get(index) or run.plot()
             if plot is not None:
-                name = f"{command}_{index}_{plot.name}"
-                atomic_write_bytes(assets / name, plot.read_bytes())
+                name = plot.name if index in shared else f"{command}_{index}_{plot.name}"
+                if index not in shared:
+                    atomic_write_bytes(assets / name, plot.read_bytes())
                 figures.append(assets / name)
                 body_html.append(_img_tag(plot, f"{command} plot of {run.label}"))
                 body_md += [f"![{command} plot of {run.label}](report_files/{name})", ""]

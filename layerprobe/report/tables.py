@@ -36,7 +36,9 @@ def gradnorm_table(run: Run) -> Any:
     if "step" in table:
         table = table[table["step"] == table["step"].min()]
     params = table[(table["kind"] == "params") & (table["module"] == "block")]
-    return params.pivot(index="layer", columns="norm", values="grad_norm").reset_index()
+    order = list(dict.fromkeys(params["norm"]))  # as in the plot's legend
+    wide = params.pivot(index="layer", columns="norm", values="grad_norm")[order].reset_index()
+    return wide.rename(columns={norm: f"{norm}: param grad norm" for norm in order})
 
 
 def angular_by_depth(run: Run) -> tuple[Any, Any]:

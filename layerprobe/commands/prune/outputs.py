@@ -49,7 +49,7 @@ def _angular_distance(angular_dir: Path, layers: Any, block: int) -> np.ndarray:
 
 
 # The cheap per-layer signals of an angular run's layers.csv, correlated with the measured dP of one-layer sweeps
-CHEAP_SIGNALS = {"block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
+CHEAP_SIGNALS = {"block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}  # (d(l, 1): "angular")
 
 
 def cheap_signals(angular_dir: Path, layers: Any, num_layers: int) -> dict[str, np.ndarray]:
@@ -97,8 +97,9 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "baseline": float(main["baseline"].iloc[0]) if len(main) else None,
         "block": config.block,
         "variants": len(main),
-        "least_important": [str(x) for x in order["removed"].head(3)],
-        "most_important": [str(x) for x in order["removed"].tail(3)[::-1]],
+        # at most half the variants each way: no layer is ever both least and most important
+        "least_important": [str(x) for x in order["removed"].head(min(3, len(order) // 2))],
+        "most_important": [str(x) for x in order["removed"].tail(min(3, len(order) // 2))[::-1]],
         "angular_run": str(angular_dir) if angular_dir else None,
         "spearman_angular_delta": correlation,
         # Spearman of each cheap signal of the angular run (d(l, n), Block Influence, logit-lens KL) with dP
@@ -106,9 +107,12 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "seconds": round(seconds, 3),
         "warnings": warnings,
     }
-    figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric,
-                        f"{model_label(facts['model'])}: {config.task}, baseline {metric} = {summary['baseline']:.4g}",
-                        distance, correlation, {CHEAP_SIGNALS.get(k, "angular d"): v for k, v in correlations.items()})
+    title = f"{model_label(facts['model'])}: {config.task}"
+    if metric not in ("kl", "drift") and summary["baseline"] is not None:  # kl and drift are 0 unpruned by definition
+        title += f", unpruned {metric} = {summary['baseline']:.4g}"
+    figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
+                        correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
+                        config.block)
     return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

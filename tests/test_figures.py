@@ -1,0 +1,91 @@
+"""Figures and findings as a researcher reads them (issue 17): checked on the figure objects and on hand-computed
+numbers, not by looking."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from layerprobe.metrics.stats import spearman_interval
+from layerprobe.plots.bars import prune_bars
+from layerprobe.plots.heatmap import angular_heatmap
+from layerprobe.report.findings import conflicts
+from layerprobe.runs.read import Run
+
+
+def distances(num_layers=4):
+    rng = np.random.default_rng(0)
+    d = np.zeros((num_layers + 1, num_layers + 1))
+    for i in range(num_layers + 1):
+        for j in range(i + 1, num_layers + 1):
+            d[i, j] = d[j, i] = 0.3 + 0.05 * (j - i) + 0.01 * rng.random()
+    return d
+
+
+def test_heatmap_scales_to_the_data_and_labels_are_readable():
+    d = distances()
+    fig = angular_heatmap(d, "t")
+    image = fig.axes[0].images[0]
+    upper = [d[i, j] for i in range(5) for j in range(i + 1, 5)]
+    assert image.get_clim() == pytest.approx((min(upper), max(upper)))  # not from 0
+    texts = {t.get_text(): t.get_color() for t in fig.axes[0].texts}
+    assert f"{max(upper):.3f}" in texts and texts[f"{max(upper):.3f}"] == "white"  # the darkest cell
+    assert texts[f"{min(upper):.3f}"] == "black"  # the lightest (yellow) cell
+    assert "this run's range" in fig.axes[1].get_ylabel()
+    shared = angular_heatmap(d, "t", limits=(0.1, 0.9))
+    assert shared.axes[0].images[0].get_clim() == (0.1, 0.9) and "shared" in shared.axes[1].get_ylabel()
+
+
+def test_prune_plot_zeros_align_and_nothing_covers_the_axes():
+    delta = np.array([-0.2, 0.05, 0.07, 0.03, -0.09, -0.24])
+    fig = prune_bars([str(i) for i in range(6)], delta, "acc", "m: task", np.array([0.17, 0.17, 0.17, 0.18, 0.22, 0.31]),
+                     0.66, {"d(l, 1)": 0.66, "Block Influence": 0.6})
+    fig.canvas.draw()
+    ax, twin = fig.axes
+    zero_left = ax.transData.transform((0, 0))[1]
+    zero_right = twin.transData.transform((0, 0))[1]
+    assert zero_left == pytest.approx(zero_right, abs=0.5)  # the same pixel row
+    box = ax.get_window_extent()
+    legend = fig.legends[0].get_window_extent()
+    assert legend.y1 <= box.y0  # below the axes, over neither bars nor line
+    assert all(text.get_window_extent().y1 <= box.y0 for text in fig.texts)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any("x^{\\ell+1}" in label for label in labels)  # n = 1, as measured
+    assert min(twin.get_yticks()) >= 0
+
+
+def test_spearman_interval_by_hand():
+    # rho 0.66 over 6 layers: z = atanh(0.66) = 0.7928, se = sqrt(1.06 / 3) = 0.5944, 1.96 se = 1.1650
+    low, high = spearman_interval(0.66, 6)
+    assert low == pytest.approx(math.tanh(0.79281 - 1.16504), abs=1e-4)
+    assert high == pytest.approx(math.tanh(0.79281 + 1.16504), abs=1e-4)
+    assert spearman_interval(0.9, 4) is None
+
+
+def run_of(command, summary, **tables):
+    return Run(folder=None, command=command, summary=summary, manifest={}, tables=tables)
+
+
+def test_conflicting_signals_are_named():
+    angular = run_of("angular", {"model": "m"}, angular=pd.DataFrame(
+        {"layer": [0, 1, 2, 3], "n": [1] * 4, "distance": [0.10, 0.30, 0.20, 0.40], "tokens": 1}))
+    prune = run_of("prune", {"model": "m", "metric": "kl", "higher_is_better": False, "task": "kl", "block": 1},
+                   prune=pd.DataFrame({"layer": [0, 1, 2, 3], "metric": "kl", "delta": [5.0, 0.1, 0.2, 0.3]}))
+    found = conflicts([angular, prune])
+    assert len(found) == 1 and "layer(s) 0" in found[0]
+    agree = run_of("prune", {"model": "m", "metric": "kl", "higher_is_better": False, "task": "kl", "block": 1},
+                   prune=pd.DataFrame({"layer": [0, 1, 2, 3], "metric": "kl", "delta": [0.1, 5.0, 0.2, 6.0]}))
+    assert conflicts([angular, agree]) == []
+
+
+def test_least_and_most_important_never_overlap(model_dirs, tmp_path):
+    from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+
+    run = run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                                data=DataOptions("builtin", "text", 128, 32, 4), out=str(tmp_path / "r")))
+    least, most = run.summary["least_important"], run.summary["most_important"]
+    assert len(least) == len(most) == 2 and not set(least) & set(most)
