@@ -12,7 +12,7 @@ from layerprobe.config import DataOptions, GradnormConfig, ModelOptions, TrainSe
 
 def gradnorm(
     model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family."),
-    arch: str = typer.Option(None, "--arch", help="In-house size: tiny, llama-71m, llama-130m (default), llama-250m, "
+    arch: str = typer.Option(None, "--arch", help="In-house size: tiny, llama-71m (default), llama-130m, llama-250m, "
                              "llama-1b, llama-7b."),
     norm: str = typer.Option(None, "--norm", help="Placements: pre, post, mix, lns, deepnorm, sandwich (default "
                              "pre,post,mix,lns)."),
@@ -20,7 +20,7 @@ def gradnorm(
     alpha_alias: float = typer.Option(None, "--alpha", hidden=True),  # the old name, kept for existing scripts
     norm_type: str = typer.Option(None, "--norm-type", help="rmsnorm (default) or layernorm."),
     tokenizer: str = typer.Option(None, "--tokenizer", help="Tokenizer for in-house models (default: embedded MiniLM's)."),
-    seeds: int = typer.Option(None, "--seeds", help="Initializations per placement (default 3)."),
+    seeds: int = typer.Option(None, "--seeds", help="Initializations per placement (default 2)."),
     batches: int = typer.Option(None, "--batches", help="Batches per initialization (default 2)."),
     reinit: bool = typer.Option(False, "--reinit", help="Re-initialize MODEL from its config."),
     steps: int = typer.Option(None, "--steps", help="Train N AdamW steps after init, measuring along the way (default 0)."),
@@ -34,7 +34,7 @@ def gradnorm(
                                 "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder."),
     text_field: str = o.TextField,
     seq_len: int = typer.Option(None, "--seq-len", help="Tokens per sequence (default 256)."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per batch (default 8)."),
+    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per batch (default 4)."),
     device: str = typer.Option(None, "--device", help="auto (default), cpu, cuda or cuda:N."),
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
