@@ -92,3 +92,20 @@ def test_report_markdown_has_no_entities_and_titles_no_local_paths(model_dirs, t
     assert "Python's built-in documentation" in markdown
     headings = [line for line in markdown.splitlines() if line.startswith("#")]
     assert "### llama" in headings and not any(str(tmp_path) in h for h in headings)
+
+
+def test_toy_progress_counts_layers_and_prints_plain_lines_in_a_log(tmp_path):
+    from layerprobe.commands.toy import run_toy
+    from layerprobe.config import ToyConfig
+
+    calls = []
+    run_toy(ToyConfig(norms=("pre", "post"), depth=6, width=8, samples=32, out=str(tmp_path / "t")),
+            lambda *call: calls.append(call))
+    assert calls == [("layers", i, 12) for i in range(13)]  # 2 placements x 6 layers, every one
+    log = tmp_path / "log.txt"
+    with open(log, "w") as handle:  # not a terminal, as in CI
+        done = subprocess.run([sys.executable, "-m", "layerprobe", "toy", "--norm", "pre", "--depth", "4", "--width",
+                               "8", "--samples", "32", "--out", str(tmp_path / "u")], stdout=handle, stderr=handle)
+    assert done.returncode == 0
+    text = log.read_text()
+    assert "layers: 4/4 done" in text and "\x1b[" not in text  # plain lines, no terminal control codes

@@ -66,8 +66,9 @@ class ToyModel:
         return states
 
 
-def measure_toy(model: ToyModel, x: Any, readout: Any) -> list[dict]:
-    """Statistics of h_1..h_depth and per-block gradient norms for loss = mean(h_depth @ readout)."""
+def measure_toy(model: ToyModel, x: Any, readout: Any, on_layer: Any = None) -> list[dict]:
+    """Statistics of h_1..h_depth and per-block gradient norms for loss = mean(h_depth @ readout); on_layer() after
+    each layer's statistics (the effective rank's SVD is most of the time)."""
     import torch
 
     states = model.forward(x)
@@ -89,6 +90,8 @@ def measure_toy(model: ToyModel, x: Any, readout: Any) -> list[dict]:
                 "effective_rank": effective_rank(h),
                 "grad_norm": block,
             })
+            if on_layer is not None:
+                on_layer()
     return rows
 
 
@@ -110,12 +113,17 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
     readout = torch.randn(config.width, generator=gen) / math.sqrt(config.width)
     rows = []
     cases = [(n, a) for n in config.norms for a in config.alphas]
-    progress("placements", 0, len(cases))
+    total, done = len(cases) * config.depth, [0]  # progress in layers: placements x depth
+    progress("layers", 0, total)
     models = [ToyModel(n, config, a) for n, a in cases]  # validates every placement before any work
-    for i, ((norm, alpha), model) in enumerate(zip(cases, models)):
-        for row in measure_toy(model, x, readout):
+
+    def layer_done() -> None:
+        done[0] += 1
+        progress("layers", done[0], total)
+
+    for (norm, alpha), model in zip(cases, models):
+        for row in measure_toy(model, x, readout, layer_done):
             rows.append({"norm": norm, "alpha": alpha, **row})
-        progress("placements", i + 1, len(cases))
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
     folder = prepare_run_dir(config.out or "reports/toy", overwrite=config.overwrite)
