@@ -28,6 +28,11 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
     colors = ["#3b6fb6" if d >= 0 else "#c0392b" for d in delta]
     ax.bar(x, delta, color=colors, width=0.8, label=f"$\\Delta P$ ({metric})")
     ax.axhline(0.0, color="black", linewidth=0.8)
+    middle = float(np.median(np.abs(delta))) if len(delta) else 0.0
+    if len(delta) > 4 and middle > 0 and float(np.max(np.abs(delta))) > 100 * middle:
+        # one removal costs 100x the typical one (layer 0 of a Pre-LN model): linear up to the typical cost,
+        # logarithmic beyond, so the other bars stay readable
+        ax.set_yscale("symlog", linthresh=middle * 4, linscale=1.0)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, rotation=90 if len(labels) > 24 else 0)
     ax.tick_params(labelsize=8)

@@ -24,7 +24,7 @@ h3{font-size:1.05em;margin:1em 0 .4em} .muted{color:#666;font-size:.9em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:2px 8px;text-align:right}
 th{background:#f4f4f6} td:first-child,th:first-child{text-align:left}
 img{max-width:100%;height:auto;border:1px solid #eee} .grid{display:flex;flex-wrap:wrap;gap:1.5em}
-.grid>section{flex:1 1 520px;min-width:0} ul.findings li{margin:.25em 0}
+.grid>section{flex:1 1 520px;min-width:0} .grid>section.wide{flex-basis:100%} ul.findings li{margin:.25em 0}
 details{margin:.5em 0} summary{cursor:pointer;color:#333}
 """
 
@@ -137,7 +137,9 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
         for index, run in enumerate(group):
             facts = describe(run)
             notes = findings(run)
-            body_html.append(f"<section><h3>{html.escape(run.label)}</h3>")
+            wide = (run.summary.get("num_layers") or 0) > 16 and command == "prune"  # a bar per layer needs the width
+            opening = '<section class="wide">' if wide else "<section>"
+            body_html.append(f"{opening}<h3>{html.escape(run.label)}</h3>")
             body_html.append('<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
             body_md += [f"### {run.label}", ""] + [f"- {n}" for n in notes] + [""]
             plot = shared.get(index) or run.plot()

@@ -9,8 +9,9 @@ from layerprobe.runs.read import Run
 
 def angular_table(run: Run) -> Any:
     layers = run.tables["layers"]
-    columns = ["layer", "distance_next", "norm", "cos_input"] + (["effective_rank"] if "effective_rank" in layers else [])
-    return layers[columns].rename(columns={"distance_next": "d(l, 1)"})
+    extra = [c for c in ("effective_rank", "block_influence", "logit_lens_kl") if c in layers and layers[c].notna().any()]
+    return layers[["layer", "distance_next", "norm", "cos_input", *extra]].rename(
+        columns={"distance_next": "d(l, 1)", "block_influence": "BI", "logit_lens_kl": "lens KL"})
 
 
 def prune_table(run: Run) -> Any:
