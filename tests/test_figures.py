@@ -89,3 +89,26 @@ def test_least_and_most_important_never_overlap(model_dirs, tmp_path):
                                 data=DataOptions("builtin", "text", 128, 32, 4), out=str(tmp_path / "r")))
     least, most = run.summary["least_important"], run.summary["most_important"]
     assert len(least) == len(most) == 2 and not set(least) & set(most)
+
+
+def test_gradnorm_figure_fits_the_page_and_tells_placements_apart():
+    from layerprobe.plots.gradnorm import gradnorm_figure
+    from layerprobe.report.tables import gradnorm_table
+
+    rows, variance = [], []
+    for norm, scale in (("pre", 2.0), ("post", 0.4), ("mix", 0.4)):  # mix on top of post, as at init
+        for layer in range(4):
+            for kind in ("params", "input"):
+                rows.append({"norm": norm, "step": 0, "layer": layer, "kind": kind, "module": "block",
+                             "grad_norm": scale / (layer + 1), "std": 0.01})
+            variance.append({"norm": norm, "step": 0, "layer": layer, "variance": 0.5 + 0.1 * layer})
+    table, variance = pd.DataFrame(rows), pd.DataFrame(variance)
+    fig = gradnorm_figure(table, variance, {"model": "m", "seeds": 2, "batches": 2})
+    assert fig.get_figwidth() <= 11
+    markers = {line.get_label(): line.get_marker() for line in fig.axes[2].get_lines()}
+    assert len({markers["pre"], markers["post"], markers["mix"]}) == 3
+    fig.canvas.draw()
+    labels = [t.get_text() for t in fig.axes[2].yaxis.get_ticklabels(which="both") if t.get_text()]
+    assert labels and not any("times" in t or "^" in t for t in labels)  # 0.6, not 6x10^-1
+    wide = gradnorm_table(run_of("gradnorm", {}, gradnorm=table))
+    assert list(wide.columns) == ["layer", "pre: param grad norm", "post: param grad norm", "mix: param grad norm"]
