@@ -50,6 +50,7 @@ class BlockCapture:
     states: list = field(default_factory=list)
     calls: list = field(default_factory=list)
     output_is_tuple: bool = False  # how the last block returned its hidden state
+    output_rest: tuple = ()  # what else it returned beside it (attention weights, ...), so a stand-in can match
     _handles: list = field(default_factory=list)
 
     def __enter__(self) -> BlockCapture:
@@ -84,6 +85,7 @@ class BlockCapture:
         def hook(module, args, output):
             self.states[index] = block_hidden(output)
             self.output_is_tuple = isinstance(output, tuple)
+            self.output_rest = tuple(output[1:]) if self.output_is_tuple else ()
             return None
 
         return hook

@@ -81,7 +81,7 @@ def test_html_report_is_self_contained_and_every_image_loads(demo):
     page = (demo / "report.html").read_text(encoding="utf-8")
     parser = Images()
     parser.feed(page)
-    assert len(parser.sources) == 8  # 2 overlays (angular, prune), 2 heatmaps, 3 prune bars, gradnorm lines
+    assert len(parser.sources) == 9  # 2 overlays (angular, prune), 2 heatmaps, 3 prune bars, the curve, gradnorm
     for src in parser.sources:
         assert src.startswith("data:image/png;base64,")  # opens offline: nothing fetched
         pixels = mpimg.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")

@@ -90,16 +90,17 @@ def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force:
     checkpoint.save(tensors, counters, force)
 
 
-def _lens_update(done: _Pass, probe: Any, states: list, rows: Any, measured_before: int) -> None:
+def _lens_update(done: _Pass, probe: Any, capture: Any, rows: Any, measured_before: int) -> None:
     """The logit lens on the first lens-tokens measured positions (in stream order, as in one process)."""
     import torch
 
     take = rows[: max(done.lens.limit - measured_before, 0)]
     if take.numel() == 0:
         return
-    picked = [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)) for s in states]  # K x (positions, d)
+    picked = [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)) for s in capture.states]  # K x (n, d)
     model = probe.model
     with tail_only(model, probe.stack) as replay:
+        replay.like(capture)
         def head(x: Any) -> Any:  # (positions, d) -> (positions, V): the model's own final norm and head
             replay.value = x.unsqueeze(1)
             dummy = torch.zeros(x.shape[0], 1, dtype=torch.long, device=x.device)
@@ -139,7 +140,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
                 accumulator.update(capture.states, rows)
                 _check_finite(accumulator, index, probe.loaded.dtype)
                 if done.lens is not None:
-                    _lens_update(done, probe, capture.states, rows, measured_before)
+                    _lens_update(done, probe, capture, rows, measured_before)
                 if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
                     take = rows[: RANK_SAMPLE - measured_before]
                     sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()

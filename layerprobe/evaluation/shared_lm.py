@@ -159,13 +159,13 @@ class SharedPrefixLM(HFLM):
         out: dict[str | None, torch.Tensor] = {}
         with torch.no_grad(), BlockCapture(self.stack, keep_calls=True) as capture:
             logits = self.model(batched).logits  # (batch, width, vocab), as HFLM's _model_call
-            states, calls, as_tuple = list(capture.states), list(capture.calls), capture.output_is_tuple
+            states, calls = list(capture.states), list(capture.calls)
         flat = logits.reshape(-1, logits.shape[-1])
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
         del logits, flat
         dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
         with torch.no_grad(), tail_only(self.model, self.stack) as replay:
-            replay.as_tuple = as_tuple
+            replay.like(capture)
             for variant in self.variants:
                 # (batch, width, d): the same with or without the variant's layers up to its first removed block
                 hidden = replay_variant(self.model, self.stack, calls, states, variant, self.part)

@@ -95,10 +95,10 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
     """One original forward; each variant restarts from the stored input of its first removed block."""
     with BlockCapture(stack, keep_calls=True) as capture:
         original = model_output(model(input_ids=ids, attention_mask=mask))
-        states, calls, as_tuple = list(capture.states), list(capture.calls), capture.output_is_tuple
+        states, calls = list(capture.states), list(capture.calls)
     add_baseline(metric, original, ids, sums)
     with tail_only(model, stack) as replay:
-        replay.as_tuple = as_tuple
+        replay.like(capture)
         for variant in variants:
             replay.value = replay_variant(model, stack, calls, states, variant, part)  # (batch, seq, d)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))

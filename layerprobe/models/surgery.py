@@ -49,19 +49,33 @@ def per_layer_fields(config: Any, keep: list[int]) -> dict[str, Any]:
     return fields
 
 
-def _replay_module() -> Any:
+def _replay_module(reference: Any) -> Any:
     import torch.nn as nn
 
     class _Replay(nn.Module):
-        """Stands in for the whole block stack: returns a hidden state computed elsewhere."""
+        """Stands in for the whole block stack: returns a hidden state computed elsewhere, in the form the last block
+        returned it (a tensor, or a tuple with the same other items). Attributes the model's forward reads from a
+        block (ModernBERT's attention_type, ...) are the reference block's."""
 
         def __init__(self) -> None:
             super().__init__()
             self.value: Any = None  # (batch, seq, d), set before each call
             self.as_tuple = False
+            self.rest: tuple = ()
+            self.__dict__["_reference"] = reference  # not a submodule: no parameters, no hooks
+
+        def like(self, capture: Any) -> None:
+            """Return what the captured last block returned: a tuple of the same length, or a tensor."""
+            self.as_tuple, self.rest = capture.output_is_tuple, capture.output_rest
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
-            return (self.value,) if self.as_tuple else self.value
+            return (self.value, *self.rest) if self.as_tuple else self.value
+
+        def __getattr__(self, name: str) -> Any:
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return getattr(self.__dict__["_reference"], name)
 
     return _Replay()
 
@@ -70,7 +84,7 @@ def _replay_module() -> Any:
 def tail_only(model: Any, stack: BlockStack) -> Iterator[Any]:
     """While active, model(...) skips its blocks and runs embeddings -> replay.value -> final norm, head: the model's
     own tail on a hidden state computed elsewhere (shared-prefix pruning, the logit lens)."""
-    replay = _replay_module()
+    replay = _replay_module(stack.blocks[len(stack) - 1])
     with removed_layers(model, range(1, len(stack)), stack) as single:
         single.blocks[0] = replay  # replaces an entry of the temporary list only
         yield replay
