@@ -87,41 +87,51 @@ def check_killed_then_resumed(args, out, whole, moment, tables) -> None:
     same_tables(whole, out, tables)
 
 
-@pytest.mark.parametrize("when", ["early", "late"])
-def test_angular_killed_and_resumed(when, model_dirs, corpus_file, tmp_path):
-    args = ["angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 6000, "--seq-len", 32,
-            "--batch-size", 2, "--device", "cpu", "--save-every", 0]
-    run([*args, "--out", tmp_path / "whole"])
-    at = {"early": 1, "late": 60}[when]  # of 94 batches
-    check_killed_then_resumed(args, tmp_path / "cut", tmp_path / "whole", lambda: pass_batches(tmp_path / "cut") >= at,
-                              ["angular.csv", "layers.csv"])
+def whole_runs(tmp_path_factory, cases: dict) -> dict:
+    """The uninterrupted run of each command, once for all the moments it is killed at."""
+    root = tmp_path_factory.mktemp("whole")
+    folders = {}
+    for name, args in cases.items():
+        run([*args, "--out", root / name])
+        folders[name] = root / name
+    return folders
 
 
-@pytest.mark.parametrize("when", ["early", "late"])
-def test_taskfree_prune_killed_and_resumed(when, model_dirs, tmp_path):
-    args = ["prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--tokens", 4096, "--seq-len", 32,
-            "--batch-size", 2, "--device", "cpu"]
-    run([*args, "--out", tmp_path / "whole"])
-    at = {"early": 1, "late": 40}[when]  # of 64 batches
-    check_killed_then_resumed(args, tmp_path / "cut", tmp_path / "whole", lambda: state_batches(tmp_path / "cut") >= at,
-                              ["prune.csv"])
+@pytest.fixture(scope="module")
+def commands(model_dirs, corpus_file, task_dir):  # noqa: F811
+    return {
+        "angular": ["angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 6000, "--seq-len", 32,
+                    "--batch-size", 2, "--device", "cpu", "--save-every", 0],  # 94 batches, saved after each
+        "taskfree": ["prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--tokens", 4096,
+                     "--seq-len", 32, "--batch-size", 2, "--device", "cpu"],  # 64 batches
+        # lm-eval: the kill after the saved baseline is test_prune_lmeval's (in process); here, among the variants
+        "lmeval": ["prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--batch-size", 2,
+                   "--device", "cpu", "--no-shared-prefix"],
+        "gradnorm": ["gradnorm", "--arch", "tiny", "--norm", "pre,post", "--seeds", 2, "--batches", 2, "--device",
+                     "cpu", "--dataset", "builtin", "--seq-len", 16, "--batch-size", 2],
+    }
 
 
-@pytest.mark.parametrize("when", ["baseline", "variants"])
-def test_lmeval_prune_killed_and_resumed(when, model_dirs, task_dir, tmp_path):  # noqa: F811
-    args = ["prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--batch-size", 2,
-            "--device", "cpu", "--no-shared-prefix"]
-    run([*args, "--out", tmp_path / "whole"])
+@pytest.fixture(scope="module")
+def whole(commands, tmp_path_factory):
+    return whole_runs(tmp_path_factory, commands)
+
+
+MOMENTS = [  # (command, what the run's files show when it is killed, tables compared)
+    ("angular", lambda cut: pass_batches(cut) >= 1, ["angular.csv", "layers.csv"]),
+    ("angular", lambda cut: pass_batches(cut) >= 60, ["angular.csv", "layers.csv"]),
+    ("taskfree", lambda cut: state_batches(cut) >= 1, ["prune.csv"]),
+    ("taskfree", lambda cut: state_batches(cut) >= 40, ["prune.csv"]),
+    ("lmeval", lambda cut: csv_rows(cut / "prune.csv") >= 2, ["prune.csv"]),
+    ("gradnorm", lambda cut: finished_jobs(cut) >= 1, ["gradnorm.csv"]),
+    ("gradnorm", lambda cut: finished_jobs(cut) >= 3, ["gradnorm.csv"]),
+]
+
+
+@pytest.mark.parametrize("case", range(len(MOMENTS)), ids=["angular-early", "angular-late", "taskfree-early",
+                                                           "taskfree-late", "lmeval-variants", "gradnorm-1-job",
+                                                           "gradnorm-3-jobs"])
+def test_killed_and_resumed_equals_uninterrupted(case, commands, whole, tmp_path):
+    name, moment, tables = MOMENTS[case]
     cut = tmp_path / "cut"
-    moment = {"baseline": lambda: (cut / "state.json").is_file(),  # the baseline is saved, no variant yet
-              "variants": lambda: csv_rows(cut / "prune.csv") >= 2}[when]
-    check_killed_then_resumed(args, cut, tmp_path / "whole", moment, ["prune.csv"])
-
-
-@pytest.mark.parametrize("when", [1, 3])
-def test_gradnorm_killed_and_resumed(when, tmp_path):
-    args = ["gradnorm", "--arch", "tiny", "--norm", "pre,post", "--seeds", 2, "--batches", 2, "--device", "cpu",
-            "--dataset", "builtin", "--seq-len", 16, "--batch-size", 2]
-    run([*args, "--out", tmp_path / "whole"])
-    check_killed_then_resumed(args, tmp_path / "cut", tmp_path / "whole", lambda: finished_jobs(tmp_path / "cut") >= when,
-                              ["gradnorm.csv"])
+    check_killed_then_resumed(commands[name], cut, whole[name], lambda: moment(cut), tables)

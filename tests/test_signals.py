@@ -92,3 +92,20 @@ def test_prune_reports_spearman_of_each_cheap_signal(model_dirs, tmp_path):
     for name, values in expected.items():
         assert summary["spearman_delta"][name] == pytest.approx(spearmanr(values, prune["delta"]).statistic, abs=1e-12)
     assert summary["spearman_angular_delta"] == summary["spearman_delta"]["angular"]
+
+
+def test_an_angular_run_of_another_model_beside_is_passed_over(model_dirs, tmp_path):
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+
+    data = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "4"]
+    runner = CliRunner()
+    assert runner.invoke(app, ["angular", str(model_dirs["gpt2"]), *data, "--out", str(tmp_path / "angular")]).exit_code == 0
+    result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", *data,
+                                 "--out", str(tmp_path / "prune-kl")])
+    assert result.exit_code == 0, result.output
+    import json
+
+    summary = json.loads((tmp_path / "prune-kl" / "summary.json").read_text())
+    assert summary["angular_run"] is None and summary["spearman_delta"] == {}

@@ -10,7 +10,7 @@ import numpy as np
 from layerprobe.errors import ConfigError, RunError
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
-from layerprobe.runs.folder import model_label
+from layerprobe.runs.folder import model_label, read_json
 from layerprobe.runs.write import RunResult, write_run
 
 COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
@@ -28,15 +28,25 @@ def check_metric(metric: str | None, available: list[str]) -> str:
     return metric
 
 
-def find_angular(folder: Path, explicit: str | None) -> Path | None:
-    """--angular DIR, else an `angular` run beside this one (reports/<model>/angular)."""
+def find_angular(folder: Path, explicit: str | None, model: str | None = None) -> Path | None:
+    """--angular DIR, else an `angular` run beside this one (reports/<model>/angular) of the same model: a sibling
+    run of another model is not this model's signal and is passed over."""
     if explicit:
         path = Path(explicit)
         if not (path / "angular.csv").is_file():
             raise RunError(f"--angular '{explicit}' has no angular.csv: pass a `layerprobe angular` run folder.")
         return path
     sibling = folder.parent / "angular"
-    return sibling if (sibling / "angular.csv").is_file() else None
+    if not (sibling / "angular.csv").is_file():
+        return None
+    if model is not None:
+        try:
+            measured = read_json(sibling / "summary.json").get("model")
+        except (RunError, OSError, AttributeError):
+            return None  # unfinished or unreadable: not a run to correlate with
+        if measured != model:
+            return None
+    return sibling
 
 
 def _angular_distance(angular_dir: Path, layers: Any, block: int) -> np.ndarray:
@@ -77,15 +87,18 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
     correlation = distance = None
     correlations: dict[str, float] = {}
-    angular_dir = find_angular(folder, config.angular)
+    angular_dir = find_angular(folder, config.angular, facts.get("model"))
     if angular_dir is not None:
         distance = _angular_distance(angular_dir, main["layer"], config.block)
         if np.isfinite(distance).all():
             correlation = spearman(distance, main["delta"].to_numpy())
-            correlations["angular"] = correlation
+            if correlation is not None:  # None: undefined (a constant column), never printed as a number
+                correlations["angular"] = correlation
             if config.block == 1 and getattr(config, "part", "block") == "block":
                 for name, values in cheap_signals(angular_dir, main["layer"], facts["num_layers"]).items():
-                    correlations[name] = spearman(values, main["delta"].to_numpy())
+                    rho = spearman(values, main["delta"].to_numpy())
+                    if rho is not None:
+                        correlations[name] = rho
         else:
             warnings.append(f"The angular run {angular_dir} does not match this model's layers: no correlation.")
             distance = None
