@@ -174,7 +174,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
     head = lens_head(config)
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
-                       head=head, corpus=corpus)
+                       head=head, checked=(corpus,))
     lens = head == "causal-lm"
     if lens and probe.loaded.new_head:
         probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "

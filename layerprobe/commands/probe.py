@@ -79,11 +79,10 @@ def preflight(model: ModelOptions, data: DataOptions, head: str = "base", need_c
 
 
 def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,
-               corpus: Any = None) -> Probe:
-    """The cheap checks first (preflight, unless the caller ran it and passes the corpus), then model, blocks and
-    seq-len."""
-    if corpus is None:
-        corpus = preflight(model, data, head, need_corpus)[0]
+               checked: tuple | None = None) -> Probe:
+    """The cheap checks first, then model, blocks and seq-len. checked: (corpus,) when the caller ran preflight
+    itself (with checks of its own), so nothing is checked twice."""
+    corpus = checked[0] if checked is not None else preflight(model, data, head, need_corpus)[0]
     loaded = load_model(model.model, head=head, dtype=model.dtype, device=model.device, revision=model.revision,
                         trust_remote_code=model.trust_remote_code, device_map=model.device_map, offload=model.offload,
                         gguf_file=model.gguf_file, cache=model.cache)

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands.probe import Probe, open_probe, preflight
+from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
-from layerprobe.commands.prune.sweeps import SWEEPS, SweepJob, make_sweep, task_kind
+from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, RunError
@@ -114,18 +114,17 @@ def greedy_sets(job: SweepJob, k_max: int, progress: Progress) -> dict[int, list
     num_layers = len(probe.stack)
     while len(chosen) < k_max:
         progress("greedy steps", len(chosen), k_max)
-        candidates = [Variant.of([*chosen, c]) for c in range(num_layers) if c not in chosen]
+        candidates = {c: Variant.of([*chosen, c]) for c in range(num_layers) if c not in chosen}  # layer -> set
         sums, tokens = Sums(), 0
         stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
                          config.data.tokens)
         for batch in stream:
             ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
-            score(probe.model, probe.stack, metric, candidates, ids, mask, sums, config.part)
+            score(probe.model, probe.stack, metric, list(candidates.values()), ids, mask, sums, config.part)
             tokens += batch.tokens
         if tokens == 0:
             raise empty_corpus_error(probe.corpus.spec)
-        values = {c: finish(metric, *sums.variants[v.label]) for c, v in
-                  zip([c for c in range(num_layers) if c not in chosen], candidates)}
+        values = {c: finish(metric, *sums.variants[v.label]) for c, v in candidates.items()}
         if not all(math.isfinite(v) for v in values.values()):
             raise NumericsError(f"The greedy strategy's {metric} is NaN or infinite at step {len(chosen) + 1} at "
                                 f"{probe.loaded.dtype}: run with --dtype float32.")
@@ -215,11 +214,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
-    kind = SWEEPS[task_kind(config.task)]
-    needs_corpus = kind.needs_corpus or bool({"greedy", "angular", "bi"} & set(settings.strategies))
-    corpus, task = preflight(config.model, config.data, kind.head if isinstance(kind.head, str) else "causal-lm",
-                             needs_corpus, more=(lambda: make_sweep(config),))  # every cheap problem at once
-    probe = open_probe(config.model, config.data, head=task.head, need_corpus=needs_corpus, corpus=corpus)
+    task, probe = open_sweep(config, need_corpus=bool({"greedy", "angular", "bi"} & set(settings.strategies)))
     warnings = probe.warnings + task.check(probe)
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
@@ -240,8 +235,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     job = SweepJob(config, probe, [], ledger, progress, warnings)
     with torch.inference_mode():
         sets, angular_dir = _selection(config, job, folder, k_max, progress)
-        job.variants = list({Variant.of(ids).label: Variant.of(ids) for by_k in sets.values()
-                             for ids in by_k.values()}.values())
+        distinct = {Variant.of(ids) for by_k in sets.values() for ids in by_k.values()}  # shared sets once
+        job.variants = sorted(distinct, key=lambda v: (v.block, v.removed))
         higher = task.run(job)
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers)

@@ -6,10 +6,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.commands.prune.merge import merge_shards
 from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
-from layerprobe.commands.prune.sweeps import SWEEPS, SweepJob, make_sweep, task_kind
+from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import PruneConfig
 from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
@@ -45,11 +44,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
-    kind = SWEEPS[task_kind(config.task)]
-    # tasks are built before the model loads, beside the other cheap checks: every problem is named at once
-    corpus, task = preflight(config.model, config.data, kind.head if isinstance(kind.head, str) else "causal-lm",
-                             kind.needs_corpus, more=(lambda: make_sweep(config),))
-    probe = open_probe(config.model, config.data, head=task.head, need_corpus=task.needs_corpus, corpus=corpus)
+    task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
     sweep_size = len(variants)

@@ -250,3 +250,15 @@ SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSwee
 def make_sweep(config: PruneConfig):
     """The sweep for --task, with what it builds before any model is loaded."""
     return SWEEPS[task_kind(config.task)](config)
+
+
+def open_sweep(config: PruneConfig, need_corpus: bool = False) -> tuple[Any, Any]:
+    """(sweep, probe): the task is built beside the other cheap checks, so every problem is named at once before
+    the model loads; need_corpus: the probe corpus is needed even when the task scores without it (curves)."""
+    from layerprobe.commands.probe import open_probe, preflight
+
+    kind = task_kind(config.task)
+    head = METRICS[config.task][0] if kind == "taskfree" else SWEEPS[kind].head  # what the cheap checks look for
+    need_corpus = need_corpus or SWEEPS[kind].needs_corpus
+    corpus, task = preflight(config.model, config.data, head, need_corpus, more=(lambda: make_sweep(config),))
+    return task, open_probe(config.model, config.data, head=task.head, need_corpus=need_corpus, checked=(corpus,))
