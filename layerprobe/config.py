@@ -47,6 +47,8 @@ class ModelOptions:
     offload: str = "none"  # with device_map: none (GPUs only), cpu (spill to RAM), disk:DIR (and to DIR)
     gguf_file: str | None = None  # the .gguf file inside a folder or hub repo MODEL
     cache: bool = True  # keep a GGUF's dequantized weights in the user's cache (off: convert on every load)
+    stack: str | None = None  # which block stack: encoder, decoder (encoder-decoders), language, vision (VLMs)
+    quantize: str | None = None  # load quantized on the fly with bitsandbytes: 4bit or 8bit (CUDA only)
 
 
 @dataclass

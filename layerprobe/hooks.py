@@ -36,6 +36,20 @@ def replay_from(blocks: list, calls: list, hidden: Any, start: int, skip: frozen
     return hidden
 
 
+def produced_inside(calls: list) -> frozenset[int]:
+    """Blocks whose outputs feed later blocks' arguments: an argument a block received as None and the next one as
+    a tensor was computed by the first (T5's block 0 computes the relative position bias the others receive).
+    Without such a block the later ones receive something else, so a replay of their recorded calls would be wrong:
+    those variants are scored by a full forward."""
+    producers = set()
+    for j in range(1, len(calls)):
+        before, after = calls[j - 1], calls[j]
+        pairs = list(zip(before.args, after.args)) + [(before.kwargs.get(k), v) for k, v in after.kwargs.items()]
+        if any(a is None and b is not None for a, b in pairs):
+            producers.add(j - 1)
+    return frozenset(producers)
+
+
 @dataclass
 class BlockCapture:
     """Context manager: states[l] = input of block l, states[L] = output of the last block.

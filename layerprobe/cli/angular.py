@@ -25,6 +25,8 @@ def angular(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    stack: str = o.Stack,
+    quantize: str = o.Quantize,
     device_map: str = o.DeviceMap,
     offload: str = o.Offload,
     gguf_file: str = o.GGUFFile,
@@ -49,7 +51,7 @@ def angular(
     config = AngularConfig(
         model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
                            pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
-                           device_map, offload, gguf_file, cache),
+                           device_map, offload, gguf_file, cache, stack, quantize),
         data=DataOptions(pick(dataset, project, "dataset", d.data.dataset), text_field,
                          pick(tokens, project, "tokens", d.data.tokens), pick(seq_len, project, "seq_len", d.data.seq_len),
                          pick(batch_size, project, "batch_size", d.data.batch_size),

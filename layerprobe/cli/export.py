@@ -25,6 +25,7 @@ def export(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    stack: str = o.Stack,
     gguf_file: str = o.GGUFFile,
     cache: bool = o.Cache,
     verify: bool = typer.Option(True, "--verify/--no-verify", show_default=False, help="Reload the export with plain transformers and "
@@ -36,7 +37,7 @@ def export(
 
     config = ExportConfig(
         model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path, gguf_file=gguf_file,
-                           cache=cache),
+                           cache=cache, stack=stack),
         remove=remove, part=part, from_curve=from_curve, strategy=strategy, k=k, out=out_dir, overwrite=overwrite,
         verify=verify,
     )

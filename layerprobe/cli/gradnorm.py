@@ -39,6 +39,7 @@ def gradnorm(
     revision: str = o.Revision,
     trust_remote_code: bool = o.TrustRemoteCode,
     layers_path: str = o.LayersPath,
+    stack: str = o.Stack,
     device_map: str = o.DeviceMap,
     offload: str = o.Offload,
     gguf_file: str = o.GGUFFile,
@@ -58,7 +59,7 @@ def gradnorm(
     dtype, device = pick(dtype, project, "dtype", d.dtype), pick(device, project, "device", d.device)
     config = GradnormConfig(
         model=ModelOptions(model, dtype, device, revision, trust_remote_code, layers_path,
-                           device_map, offload, gguf_file, cache) if model else None,
+                           device_map, offload, gguf_file, cache, stack) if model else None,
         arch=given(arch, d.arch),
         norms=tuple(n.strip() for n in norm.split(",") if n.strip()) if norm is not None else d.norms,
         alpha=given(alpha if alpha is not None else alpha_alias, d.alpha),

@@ -8,6 +8,10 @@ Device = typer.Option("auto", "--device", show_default=False, help="auto (defaul
 Revision = typer.Option(None, "--revision", help="Hub branch, tag or commit of MODEL.")
 TrustRemoteCode = typer.Option(False, "--trust-remote-code", help="Run the checkpoint's own code (only if you trust it).")
 LayersPath = typer.Option(None, "--layers-path", help="Dotted path of the block ModuleList, e.g. model.layers.")
+Stack = typer.Option(None, "--stack", help="Which block stack to measure in a model with several: encoder or decoder "
+                     "(T5, BART), language or vision (LLaVA, Qwen2-VL); default the language model, or the encoder.")
+Quantize = typer.Option(None, "--quantize", help="Load the weights quantized with bitsandbytes: 4bit or 8bit (CUDA "
+                        "only). Checkpoints saved quantized (bitsandbytes, GPTQ, AWQ) load as they are.")
 Dataset = typer.Option(
     "c4", "--dataset", help="c4 (hub, streamed), builtin (offline English), hub name[:config][:split], or a "
     ".txt/.jsonl/.parquet file or save_to_disk folder."

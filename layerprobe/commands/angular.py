@@ -185,7 +185,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         identity = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "seq_len_given"} | {
             "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
             "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len,
-            "lens_tokens": config.lens_tokens if lens else 0, "sums": 2}  # sums 2: with Block Influence
+            "lens_tokens": config.lens_tokens if lens else 0, "sums": 2, **probe.identity()}  # sums 2: with BI
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
             checkpoint.clear()

@@ -202,7 +202,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     loaded = load_model(spec, head=_head(spec, config), dtype=config.model.dtype, device=config.model.device,
                         revision=config.model.revision, trust_remote_code=config.model.trust_remote_code,
                         gguf_file=config.model.gguf_file, cache=config.model.cache)
-    model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path)
+    model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
     ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
     keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)

@@ -9,8 +9,8 @@ from typing import Any
 from layerprobe.config import DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import check_sizes, sequence_limit
-from layerprobe.models.layers import BlockStack, find_blocks
-from layerprobe.errors import ModelLoadError, TaskError, all_checks
+from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, stack_name
+from layerprobe.errors import ArchitectureError, ModelLoadError, TaskError, all_checks
 from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
 
 
@@ -36,6 +36,12 @@ class Probe:
     def device(self) -> str:
         return self.loaded.device
 
+    def identity(self) -> dict:
+        """What a --resume must match beyond the command's settings, only where it is not the plain case (older
+        runs resume as before): the block stack of a model with several, and quantized weights."""
+        facts = self.facts()
+        return {k: facts[k] for k in ("stack", "quantization") if facts[k] is not None}
+
     def facts(self) -> dict:
         """What summary.json and manifest.json say about the model."""
         loaded = self.loaded
@@ -46,8 +52,10 @@ class Probe:
             "revision": loaded.revision,
             "weights": loaded.fingerprint(),
             "gguf": loaded.gguf,
+            "quantization": loaded.quantization,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,
+            "stack": stack_name(self.stack.path) if len(find_stacks(self.model)) > 1 else None,
             "num_layers": len(self.stack),
             "dtype": loaded.dtype,
             "device": loaded.device,
@@ -68,6 +76,15 @@ def _check_model(model: ModelOptions, head: str) -> None:
                             "(no QA head): fine-tune it on SQuAD or pass a QA checkpoint.")
 
 
+def _default_stack(model: Any, head: str) -> str | None:
+    """An encoder-decoder measured by its final hidden state (angular, drift) defaults to the encoder; with a
+    language-model head (kl, ppl, lm-eval) the stack is the user's choice (find_blocks lists them)."""
+    stacks = find_stacks(model)
+    if getattr(model.config, "is_encoder_decoder", False) and head == "base" and "encoder" in stacks:
+        return "encoder"
+    return None
+
+
 def preflight(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,
               more: tuple = ()) -> list:
     """Every check that needs no model (sizes, the model's source and head, the corpus, and `more` of the caller),
@@ -85,8 +102,11 @@ def open_probe(model: ModelOptions, data: DataOptions, head: str = "base", need_
     corpus = checked[0] if checked is not None else preflight(model, data, head, need_corpus)[0]
     loaded = load_model(model.model, head=head, dtype=model.dtype, device=model.device, revision=model.revision,
                         trust_remote_code=model.trust_remote_code, device_map=model.device_map, offload=model.offload,
-                        gguf_file=model.gguf_file, cache=model.cache)
-    stack = find_blocks(loaded.model, model.layers_path)
+                        gguf_file=model.gguf_file, cache=model.cache, quantize=model.quantize)
+    stack = find_blocks(loaded.model, model.layers_path, model.stack or _default_stack(loaded.model, head))
+    if stack_name(stack.path) == "vision" and len(find_stacks(loaded.model)) > 1:
+        raise ArchitectureError(f"--stack vision: the vision tower ({stack.path}) runs on images and layerprobe feeds "
+                                "text only: measure --stack language.")
     warnings = []
     seq_len = data.seq_len
     limit = sequence_limit(loaded.model, loaded.tokenizer)

@@ -29,7 +29,8 @@ except ImportError:  # pragma: no cover - older lm-eval
 
 from layerprobe.evaluation.taskfree import replay_variant, tail_only
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture
+from layerprobe.hooks import BlockCapture, produced_inside
+from layerprobe.models.surgery import removed
 from layerprobe.models.layers import BlockStack
 
 log = logging.getLogger(__name__)
@@ -164,9 +165,17 @@ class SharedPrefixLM(HFLM):
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
         del logits, flat
         dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
+        producers = produced_inside(calls) if self.part == "block" else frozenset()
+        replayed = [v for v in self.variants if not producers & set(v.removed)]
+        for variant in self.variants:  # removing a block whose outputs feed later blocks: a full forward
+            if variant not in replayed:
+                with torch.no_grad(), removed(self.model, variant.removed, self.part, self.stack):
+                    flat = self.model(batched).logits.reshape(-1, out[None].shape[-1])
+                out[variant.label] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
+                del flat
         with torch.no_grad(), tail_only(self.model, self.stack) as replay:
             replay.like(capture)
-            for variant in self.variants:
+            for variant in replayed:
                 # (batch, width, d): the same with or without the variant's layers up to its first removed block
                 hidden = replay_variant(self.model, self.stack, calls, states, variant, self.part)
                 # (positions, 1, d): one position per row, so absolute position tables never run out

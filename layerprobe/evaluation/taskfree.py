@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture, replay_from
+from layerprobe.hooks import BlockCapture, produced_inside, replay_from
 from layerprobe.models.layers import BlockStack
 from layerprobe.models.surgery import removed, removed_sublayers, tail_only
 
@@ -92,18 +92,26 @@ def replay_variant(model: Any, stack: BlockStack, calls: list, states: list, var
 
 def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
                        ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
-    """One original forward; each variant restarts from the stored input of its first removed block."""
+    """One original forward; each variant restarts from the stored input of its first removed block (but those
+    removing a block whose outputs feed later blocks' arguments: a full forward, hooks.produced_inside)."""
     with BlockCapture(stack, keep_calls=True) as capture:
         original = model_output(model(input_ids=ids, attention_mask=mask))
         states, calls = list(capture.states), list(capture.calls)
     add_baseline(metric, original, ids, sums)
+    producers = produced_inside(calls) if part == "block" else frozenset()
+    replayed = [v for v in variants if not producers & set(v.removed)]
     with tail_only(model, stack) as replay:
         replay.like(capture)
-        for variant in variants:
+        for variant in replayed:
             replay.value = replay_variant(model, stack, calls, states, variant, part)  # (batch, seq, d)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
             sums.add(variant.label, metric_sum(metric, original, pruned, ids))
         replay.value = None
+    for variant in variants:
+        if variant not in replayed:
+            with removed(model, variant.removed, part, stack):
+                pruned = model_output(model(input_ids=ids, attention_mask=mask))
+            sums.add(variant.label, metric_sum(metric, original, pruned, ids))
 
 
 def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list[Variant],

@@ -5,10 +5,16 @@ from __future__ import annotations
 HEADS = ("base", "causal-lm", "masked-lm", "qa")
 
 
-def auto_class(head: str):
-    """transformers.AutoModel* for `head` (one of HEADS)."""
+def auto_class(head: str, config=None):
+    """transformers.AutoModel* for `head` (one of HEADS); with the config, a language-model head of an
+    encoder-decoder (T5, BART) or of a vision-language model (LLaVA, Qwen2-VL) is that family's own."""
     import transformers
 
+    if head == "causal-lm" and config is not None:
+        if getattr(config, "is_encoder_decoder", False):
+            return transformers.AutoModelForSeq2SeqLM
+        if getattr(config, "vision_config", None) is not None:
+            return transformers.AutoModelForImageTextToText
     return {
         "base": transformers.AutoModel,
         "causal-lm": transformers.AutoModelForCausalLM,

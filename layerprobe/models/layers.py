@@ -11,6 +11,9 @@ from layerprobe.errors import ArchitectureError
 #   LLaMA/Qwen2/Mistral/Gemma/Phi-3/OPT/GPT-NeoX/in-house `...layers`, BERT/RoBERTa `encoder.layer`,
 #   GPT-2/GPT-J/Falcon/BLOOM `transformer.h`, MPT `transformer.blocks`, T5 `block`.
 KNOWN_STACK_NAMES = ("layers", "layer", "h", "blocks", "block")
+# Models with several stacks (--stack): a path's words name its stack; the others are the language model.
+STACK_WORDS = (("vision", {"vision", "visual", "image"}), ("encoder", {"encoder"}), ("decoder", {"decoder"}))
+STACKS = ("language", "vision", "encoder", "decoder")
 # Bidirectional encoders: no causal LM objective, no lm-eval generation or loglikelihood tasks.
 ENCODER_MODEL_TYPES = {
     "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",
@@ -86,14 +89,18 @@ def get_module(model: Any, path: str) -> Any:
 
 
 def _candidates(model: Any) -> list[tuple[str, Any, int]]:
-    """Every ModuleList whose children all share one class: (path, list, parameter count)."""
+    """Every ModuleList that can be a block stack: (path, list, parameter count). Its children share one class, or,
+    in hybrids (Jamba: attention and Mamba layers), it holds one block per layer of the text config under a known
+    stack name."""
     import torch.nn as nn
 
+    layers = getattr(text_config(model), "num_hidden_layers", None)
     found = []
     for name, module in model.named_modules():
         if isinstance(module, nn.ModuleList) and len(module) > 0:
             kinds = {type(child) for child in module}
-            if len(kinds) == 1:
+            hybrid = name.split(".")[-1] in KNOWN_STACK_NAMES and len(module) == layers
+            if len(kinds) == 1 or hybrid:
                 params = sum(p.numel() for p in module.parameters())
                 found.append((name, module, params))
     return found
@@ -110,8 +117,42 @@ def _describe_lists(model: Any) -> str:
     return ", ".join(lists) if lists else "none"
 
 
-def find_blocks(model: Any, layers_path: str | None = None) -> BlockStack:
-    """Locate the stack of transformer blocks, by --layers-path or by name and size."""
+def stack_name(path: str) -> str:
+    """Which stack a block list is, by the words of its path: vision, encoder, decoder, else language."""
+    words = set(path.lower().replace("_", ".").split("."))
+    for name, marks in STACK_WORDS:
+        if words & marks:
+            return name
+    return "language"
+
+
+def find_stacks(model: Any) -> dict[str, tuple[str, Any]]:
+    """name -> (path, ModuleList) of every block stack under a known name: encoder and decoder of encoder-decoders,
+    language and vision of vision-language models, one entry for the others. Per name, the largest list wins."""
+    best: dict[str, tuple[str, Any, int]] = {}
+    for path, blocks, params in _candidates(model):
+        if path.split(".")[-1] in KNOWN_STACK_NAMES:
+            name = stack_name(path)
+            if name not in best or (params, len(blocks)) > (best[name][2], len(best[name][1])):
+                best[name] = (path, blocks, params)
+    return {name: (path, blocks) for name, (path, blocks, _) in sorted(best.items())}
+
+
+def describe_stacks(stacks: dict[str, tuple[str, Any]]) -> str:
+    return ", ".join(f"{name} ({path}, {len(blocks)} layers)" for name, (path, blocks) in stacks.items())
+
+
+def default_stack(model: Any, stacks: dict[str, tuple[str, Any]]) -> str | None:
+    """The stack measured without --stack: the only one, else a vision-language model's language model; None when
+    the choice is the user's (an encoder-decoder)."""
+    if len(stacks) == 1:
+        return next(iter(stacks))
+    return "language" if "language" in stacks else None
+
+
+def find_blocks(model: Any, layers_path: str | None = None, stack: str | None = None) -> BlockStack:
+    """Locate the stack of transformer blocks: by --layers-path, by --stack (encoder, decoder, language, vision), or
+    by name and size."""
     import torch.nn as nn
 
     if layers_path:
@@ -130,19 +171,32 @@ def find_blocks(model: Any, layers_path: str | None = None) -> BlockStack:
             )
         path = layers_path
     else:
-        candidates = _candidates(model)
-        named = [c for c in candidates if c[0].split(".")[-1] in KNOWN_STACK_NAMES]
-        pool = named or candidates
-        if not pool:
-            raise ArchitectureError(
-                f"No stack of identical transformer blocks found in {type(model).__name__}: pass "
-                f"--layers-path; ModuleLists in the model: {_describe_lists(model)}."
-            )
-        # The dominant stack: the one holding the most parameters.
-        path, blocks, _ = max(pool, key=lambda c: (c[2], len(c[1])))
+        stacks = find_stacks(model)
+        if stack is not None or len(stacks) > 1:
+            path, blocks = _pick_stack(model, stacks, stack)
+        else:
+            pool = list(stacks.values()) or [(path, blocks) for path, blocks, _ in _candidates(model)]
+            if not pool:
+                raise ArchitectureError(
+                    f"No stack of identical transformer blocks found in {type(model).__name__}: pass "
+                    f"--layers-path; ModuleLists in the model: {_describe_lists(model)}."
+                )
+            # The dominant stack: the one holding the most parameters.
+            path, blocks = max(pool, key=lambda c: (sum(p.numel() for p in c[1].parameters()), len(c[1])))
     parent_path, _, attr = path.rpartition(".")
     parent = get_module(model, parent_path) if parent_path else model
     return BlockStack(path=path, parent=parent, attr=attr, blocks=blocks)
+
+
+def _pick_stack(model: Any, stacks: dict[str, tuple[str, Any]], stack: str | None) -> tuple[str, Any]:
+    name = stack or default_stack(model, stacks)
+    if name is None:
+        raise ArchitectureError(f"{type(model).__name__} has several block stacks: {describe_stacks(stacks)}; pass "
+                                f"--stack {' or --stack '.join(stacks)}.")
+    if name not in stacks:
+        raise ArchitectureError(f"--stack {name}: {type(model).__name__} has no such stack; its stacks are "
+                                f"{describe_stacks(stacks) or 'none'}: pass one of them, or --layers-path.")
+    return stacks[name]
 
 
 def text_config(model: Any) -> Any:
@@ -182,11 +236,8 @@ def loss_only_kwargs(model: Any) -> dict:
 def measured_weights(model: Any, names: list[str]) -> list[str]:
     """Of parameter names of `model`, those the measurements run through: the blocks and the input embeddings
     (a missing one would be randomly initialized and measured; a pooler or a task head is not measured)."""
-    try:
-        stack_path = find_blocks(model).path
-    except ArchitectureError:
-        stack_path = None
+    paths = [path for path, _ in find_stacks(model).values()]
     embeddings = model.get_input_embeddings()
     embedding_path = next((n for n, m in model.named_modules() if m is embeddings), None)
-    prefixes = tuple(f"{p}." for p in (stack_path, embedding_path) if p)
+    prefixes = tuple(f"{p}." for p in (*paths, embedding_path) if p)
     return [n for n in names if n.startswith(prefixes)]

@@ -13,6 +13,7 @@ from layerprobe.models.device_map import fit_device_map, input_device, placement
 from layerprobe.models.gguf import load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
+from layerprobe.models.quantize import quantization_kwargs
 from layerprobe.runs.manifest import weights_fingerprint
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
@@ -36,6 +37,7 @@ class LoadedModel:
     device: str  # resolved, e.g. "cpu" or "cuda:0"
     new_head: list[str] = field(default_factory=list)  # head weights missing from the checkpoint (randomly initialized)
     gguf: dict | None = None  # a GGUF source: file, sha256, architecture, quantization, dequantized_to
+    quantization: dict | None = None  # quantized weights: method (bitsandbytes, gptq, awq), bits, on_load
 
     def fingerprint(self) -> str | None:
         """What identifies the weights: a GGUF file's sha256, a local folder's weights fingerprint, None for the hub."""
@@ -193,6 +195,7 @@ def load_model(
     gguf_file: str | None = None,
     cache: bool = True,
     allow_missing: bool = False,
+    quantize: str | None = None,
 ) -> LoadedModel:
     """Load model + tokenizer from a hub id, a local folder, a GGUF file or an embedded alias, in eval mode.
 
@@ -226,17 +229,24 @@ def load_model(
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     if isinstance(placement.get("device_map"), dict):
         placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
-    model, info = _load_weights(spec, where, head, config, dtype, placement, common, device_map, offload)
+    quantized, quantization = quantization_kwargs(spec, quantize, config, device, dtype, source)
+    if quantized and not placement:
+        placement = {"device_map": quantized["device_map"]}  # quantized weights are placed while loading
+    model, info = _load_weights(spec, where, head, config, dtype, placement,
+                                {**common, **({"quantization_config": quantized["quantization_config"]}
+                                              if "quantization_config" in quantized else {})}, device_map, offload)
     tokenizer = _load_tokenizer(spec, where, common)
     check_token_ids(model, tokenizer, spec)
+    if getattr(model.config, "is_encoder_decoder", False):
+        model.register_forward_pre_hook(_decoder_reads_input, with_kwargs=True)
     if placement:
         _refuse_spill(spec, model, placement, device_map, offload)
         device = input_device(model)
     else:
         model.to(device)
     model.eval()
-    if hasattr(model.config, "use_cache"):
-        model.config.use_cache = False  # no KV caches while probing or scoring
+    for config_of in {id(c): c for c in _configs(model)}.values():
+        config_of.use_cache = False  # no KV caches while probing or scoring (a T5 decoder reads its own copy)
     missing = sorted(info.get("missing_keys", ()))
     absent = measured_weights(model, missing)
     if absent and not allow_missing:
@@ -247,7 +257,27 @@ def load_model(
         )
     prefix = getattr(model, "base_model_prefix", "")
     new_head = [k for k in missing if k not in absent and prefix and not k.startswith(prefix + ".")]
-    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf)
+    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf, quantization)
+
+
+def _configs(model: Any) -> list[Any]:
+    """The model's config, its text config, and every sub-module's own config that has use_cache."""
+    found = [model.config, text_config(model)] + [getattr(m, "config", None) for m in model.modules()]
+    return [c for c in found if c is not None and hasattr(c, "use_cache")]
+
+
+def _decoder_reads_input(module: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """Text in, text out for encoder-decoders (T5, BART): without decoder inputs or labels, the decoder reads the
+    same tokens as the encoder (teacher-forced), so model(input_ids=...) runs both stacks."""
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None or kwargs.get("decoder_input_ids") is not None or kwargs.get("labels") is not None:
+        return None
+    if kwargs.get("decoder_inputs_embeds") is not None:
+        return None
+    extra = {"decoder_input_ids": ids}
+    if kwargs.get("attention_mask") is not None:
+        extra["decoder_attention_mask"] = kwargs["attention_mask"]
+    return args, {**kwargs, **extra}
 
 
 def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, placement: dict, common: dict,
@@ -256,7 +286,7 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
     import torch
 
     try:
-        return auto_class(head).from_pretrained(
+        return auto_class(head, config).from_pretrained(
             where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
         )
     except Exception as exc:  # torch, safetensors and transformers each raise their own types here
@@ -270,6 +300,8 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
             text = text if len(text) < 200 else text[:200].rsplit(",", 1)[0] + ", ..."
             raise ModelLoadError(f"--device-map does not cover '{spec}': {text}. Name every module of the model, "
                                  "or use --device-map auto.") from None
+        if isinstance(exc, ImportError):
+            raise ModelLoadError(f"Loading '{spec}' needs a package that is not installed: {first_line(exc)}") from None
         if "Unrecognized configuration class" in str(exc):
             raise ModelLoadError(
                 f"Model '{spec}' ({config.model_type}) has no {head} head in transformers: use a checkpoint "

@@ -182,7 +182,8 @@ def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, ro
     import torch
 
     config, subjects = jobs.config, jobs.subjects
-    stack = find_blocks(model, config.model.layers_path if config.model else None)
+    stack = find_blocks(model, config.model.layers_path if config.model else None,
+                        config.model.stack if config.model else None)
 
     def record(step: int) -> None:
         passes = None if config.train.steps else jobs.advance

@@ -230,7 +230,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                 "tokens": config.data.tokens, "seq_len": probe.seq_len, "batch_size": config.data.batch_size,
                 "dtype": probe.loaded.dtype, "device_kind": probe.loaded.device.split(":")[0],
                 "revision": config.model.revision, "weights": facts["weights"], "shared_prefix": config.shared_prefix,
-                "angular": config.angular}
+                "angular": config.angular, **probe.identity()}
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
     job = SweepJob(config, probe, [], ledger, progress, warnings)
     with torch.inference_mode():

@@ -66,7 +66,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
                 "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "dtype": probe.loaded.dtype,
                 "device_kind": probe.loaded.device.split(":")[0], "revision": config.model.revision,
                 "weights": facts["weights"], "shared_prefix": config.shared_prefix, "shard": config.shard,
-                **({"part": config.part} if config.part != "block" else {})}  # older runs resume as before
+                **({"part": config.part} if config.part != "block" else {}), **probe.identity()}  # older runs resume
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():
         higher = task.run(job)
