@@ -22,6 +22,8 @@ def render(rows: list[dict]) -> str:
         if row["status"] == "works":
             cells = ["works"] * len(COMMANDS)
             note = f"{row['kind']}; prune scored by {row['metric']}, checked against an independently shortened copy"
+            if row.get("how"):
+                note += f"; {row['how']}"
         else:
             cells = [row["status"]] * len(COMMANDS)
             note = row.get("why", "")

@@ -66,3 +66,31 @@ def test_torchrun_one_process_nccl_equals_single(model_dirs, corpus_file, tmp_pa
     np.testing.assert_allclose(launched["distance"], single.angular["distance"], rtol=0, atol=1e-9)
     summary = pd.read_json(tmp_path / "nccl" / "summary.json", typ="series")
     assert summary["processes"] == 1 and summary["device"].startswith("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or __import__("importlib").util.find_spec("bitsandbytes") is None,
+                    reason="4-bit needs a CUDA GPU and bitsandbytes")
+def test_quantize_4bit_angular_and_prune(model_dirs, corpus_file, tmp_path):
+    """--quantize 4bit: the blocks hold 4-bit weights (no full-precision copy), the manifest says so, the distances
+    stay near float32's, and the shared-prefix prune equals the plain per-variant one on the quantized model."""
+    from layerprobe.models.load import load_model
+
+    loaded = load_model(str(model_dirs["llama"]), head="causal-lm", device="cuda", quantize="4bit")
+    weight = loaded.model.model.layers[0].self_attn.q_proj.weight
+    assert type(weight).__name__ == "Params4bit" and weight.dtype == torch.uint8
+    assert loaded.quantization == {"method": "bitsandbytes", "bits": 4, "on_load": True}
+    del loaded
+    full = angular_on("cuda", model_dirs["llama"], corpus_file, tmp_path / "full")
+    quantized = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cuda",
+                                                             quantize="4bit"),
+                                          data=DataOptions(str(corpus_file), "text", TOKENS, SEQ, BATCH),
+                                          out=str(tmp_path / "q")))
+    assert quantized.summary["quantization"]["bits"] == 4
+    np.testing.assert_allclose(quantized.angular["distance"], full.angular["distance"], atol=0.05)
+    runs = []
+    for shared in (True, False):
+        runs.append(run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), "float32", "cuda",
+                                                                         quantize="4bit"),
+                                          data=DataOptions(str(corpus_file), "text", 1024, SEQ, BATCH),
+                                          shared_prefix=shared, out=str(tmp_path / f"p{shared}"))))
+    np.testing.assert_allclose(runs[0].prune["pruned"], runs[1].prune["pruned"], rtol=1e-3, atol=1e-6)

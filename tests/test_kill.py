@@ -102,8 +102,8 @@ def commands(model_dirs, corpus_file, task_dir):  # noqa: F811
     return {
         "angular": ["angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 6000, "--seq-len", 32,
                     "--batch-size", 2, "--device", "cpu", "--save-every", 0],  # 94 batches, saved after each
-        "taskfree": ["prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--tokens", 4096,
-                     "--seq-len", 32, "--batch-size", 2, "--device", "cpu"],  # 64 batches
+        "taskfree": ["prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--tokens", 2048,
+                     "--seq-len", 32, "--batch-size", 2, "--device", "cpu"],  # 32 batches
         # lm-eval: the kill after the saved baseline is test_prune_lmeval's (in process); here, among the variants
         "lmeval": ["prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--batch-size", 2,
                    "--device", "cpu", "--no-shared-prefix"],
@@ -117,20 +117,17 @@ def whole(commands, tmp_path_factory):
     return whole_runs(tmp_path_factory, commands)
 
 
-MOMENTS = [  # (command, what the run's files show when it is killed, tables compared)
-    ("angular", lambda cut: pass_batches(cut) >= 1, ["angular.csv", "layers.csv"]),
+MOMENTS = [  # (command, what the run's files show when it is killed, tables compared): each command once, early
+    # (after its first save) or late (well into the run)
     ("angular", lambda cut: pass_batches(cut) >= 60, ["angular.csv", "layers.csv"]),
     ("taskfree", lambda cut: state_batches(cut) >= 1, ["prune.csv"]),
-    ("taskfree", lambda cut: state_batches(cut) >= 40, ["prune.csv"]),
     ("lmeval", lambda cut: csv_rows(cut / "prune.csv") >= 2, ["prune.csv"]),
     ("gradnorm", lambda cut: finished_jobs(cut) >= 1, ["gradnorm.csv"]),
-    ("gradnorm", lambda cut: finished_jobs(cut) >= 3, ["gradnorm.csv"]),
 ]
 
 
-@pytest.mark.parametrize("case", range(len(MOMENTS)), ids=["angular-early", "angular-late", "taskfree-early",
-                                                           "taskfree-late", "lmeval-variants", "gradnorm-1-job",
-                                                           "gradnorm-3-jobs"])
+@pytest.mark.parametrize("case", range(len(MOMENTS)), ids=["angular-late", "taskfree-early", "lmeval-variants",
+                                                           "gradnorm-1-job"])
 def test_killed_and_resumed_equals_uninterrupted(case, commands, whole, tmp_path):
     name, moment, tables = MOMENTS[case]
     cut = tmp_path / "cut"

@@ -21,7 +21,7 @@ from layerprobe.cli import app
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 
-from .helpers import independent_pruned, reference_metric
+from .helpers import assert_error, independent_pruned, reference_metric
 
 runner = CliRunner()
 DATA = ["--dataset", "builtin", "--tokens", "96", "--seq-len", "24", "--batch-size", "2", "--device", "cpu"]
@@ -74,13 +74,53 @@ def families(vocab: int, bos: int, eos: int) -> dict:
     }
 
 
-NOT_SUPPORTED = {  # family -> why: not built in this version (named in the README's table, not tested)
-    "t5": "encoder-decoder: two block stacks; --stack (encoder/decoder) is not built yet",
-    "llava": "vision-language: --stack (language/vision) and text-only inputs are not built yet",
-    "qwen2_vl": "vision-language: --stack (language/vision) and text-only inputs are not built yet",
-    "jamba": "hybrid attention/Mamba layers: layer kinds (layer_type) are not built yet",
-    "mamba2": "state-space model without attention: not tried in this version",
+NOT_SUPPORTED = {  # family -> why: named in the README's table, not tested
+    "llava, qwen2_vl --stack vision": "vision towers run on images; layerprobe feeds text only (a one-line "
+                                                "error names --stack language)",
 }
+
+
+def stacked_families(vocab: int, bos: int, eos: int) -> dict:
+    """Families with several stacks, hybrids and state-space models: family -> (config, model class, runs).
+    A run: (--stack or None, the stack's block path typed here by hand, how HF names that stack's hidden states,
+    '+embeddings' where they start after the first block)."""
+    t = transformers
+    ids = dict(vocab_size=vocab, bos_token_id=bos, eos_token_id=eos, pad_token_id=0)
+    text = dict(**DEC, **ids)
+    language = [(None, "model.language_model.layers", "hidden_states")]
+    return {
+        "t5": lambda: (t.T5Config(vocab_size=vocab, d_model=32, d_kv=8, d_ff=64, num_layers=4, num_decoder_layers=4,
+                                  num_heads=4, pad_token_id=0, eos_token_id=eos, decoder_start_token_id=0),
+                       t.T5ForConditionalGeneration,
+                       [("encoder", "encoder.block", "encoder_hidden_states"),
+                        ("decoder", "decoder.block", "decoder_hidden_states")]),
+        "llava": lambda: (t.LlavaConfig(text_config=t.LlamaConfig(**text).to_dict(), image_token_index=vocab - 1,
+                                        vision_config=dict(model_type="clip_vision_model", hidden_size=32,
+                                                           intermediate_size=64, num_hidden_layers=2,
+                                                           num_attention_heads=4, image_size=32, patch_size=8)),
+                          t.LlavaForConditionalGeneration, language),
+        "qwen2_vl": lambda: (t.Qwen2VLConfig(text_config=dict(**text, rope_scaling=dict(type="mrope",
+                                                                                      mrope_section=[1, 1, 2])),
+                                             vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4,
+                                                                mlp_ratio=2, patch_size=4, spatial_merge_size=2),
+                                             image_token_id=vocab - 1, video_token_id=vocab - 2,
+                                             vision_start_token_id=vocab - 3),
+                             t.Qwen2VLForConditionalGeneration, language),
+        "jamba": lambda: (t.JambaConfig(**text, num_experts=4, num_experts_per_tok=2, expert_layer_period=2,
+                                        expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1,
+                                        mamba_d_state=8, mamba_d_conv=4, mamba_expand=2),
+                          t.JambaForCausalLM, [(None, "model.layers", "hidden_states")]),
+        "mamba2": lambda: (t.Mamba2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=4, state_size=8,
+                                          num_heads=8, head_dim=8, expand=2, n_groups=1, **{k: v for k, v in
+                                          ids.items() if k != "vocab_size"}),
+                           t.Mamba2ForCausalLM, [(None, "backbone.layers", "hidden_states+embeddings")]),
+    }
+
+
+KIND_OF = {"t5": "encoder-decoder", "llava": "vision-language", "qwen2_vl": "vision-language", "jamba": "hybrid",
+           "mamba2": "state-space"}
+# The kind of each layer, by hand from the configs above (Jamba: attention every 2nd layer from layer 1)
+EXPECTED_KINDS = {"jamba": ["mamba", "attention", "mamba", "attention"], "mamba2": ["mamba"] * 4}
 
 RESULTS: list[dict] = []
 
@@ -135,14 +175,19 @@ def naive_next_distance(folder, cls) -> np.ndarray:
 def test_family(name, tokenizer, tmp_path, matrix_out):
     folder, kind, cls = build(name, tokenizer, tmp_path)
     try:
-        check_family(folder, kind, cls, tmp_path)
+        check_family(folder, kind, cls, tmp_path, name)
     except AssertionError as exc:
         RESULTS.append({"family": name, "status": "fails", "kind": kind, "why": str(exc).strip().splitlines()[0][:200]})
         raise
-    RESULTS.append({"family": name, "status": "works", "kind": kind, "metric": "kl" if kind == "causal" else "drift"})
+    RESULTS.append({"family": name, "status": "works", "kind": kind, "metric": "kl" if kind == "causal" else "drift",
+                    **({"how": "router_entropy and expert_load checked against HF's router logits"} if name in MOE
+                       else {})})
 
 
-def check_family(folder, kind, cls, tmp_path) -> None:
+MOE = {"qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss"}  # router columns of layers.csv checked
+
+
+def check_family(folder, kind, cls, tmp_path, name="") -> None:
     metric = "kl" if kind == "causal" else "drift"
     # angular, against HF's hidden states
     result = runner.invoke(app, ["angular", str(folder), *DATA, "--out", str(tmp_path / "angular")])
@@ -152,6 +197,15 @@ def check_family(folder, kind, cls, tmp_path) -> None:
     base = transformers.AutoModel if kind == "encoder" else transformers.AutoModelForCausalLM
     expected = naive_next_distance(folder, base)
     np.testing.assert_allclose(one[: len(expected)], expected, atol=1e-6)
+    layers = pd.read_csv(tmp_path / "angular" / "layers.csv")
+    if name in MOE:  # against HF's own router logits (output_router_logits)
+        moe = layers.dropna(subset=["router_entropy"])
+        assert moe["layer"].tolist() == ([1, 2, 3] if name == "deepseek_v3" else [0, 1, 2, 3])  # first layer dense
+        entropy, load = router_reference(folder, cls, 2)
+        np.testing.assert_allclose(moe["router_entropy"], entropy, rtol=1e-6)
+        np.testing.assert_allclose(moe["expert_load"], load, rtol=1e-6)
+    else:
+        assert layers["router_entropy"].isna().all()
     # prune: every layer, against an independently shortened copy
     result = runner.invoke(app, ["prune", str(folder), "--task", metric, *DATA, "--out", str(tmp_path / "prune")])
     assert result.exit_code == 0, result.output
@@ -172,3 +226,153 @@ def check_family(folder, kind, cls, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     assert set(pd.read_csv(tmp_path / "gradnorm" / "gradnorm.csv")["layer"]) == {0, 1, 2, 3}
 
+
+
+def hf_forward(model, batch, seq2seq: bool, **extra):
+    """The model's own forward on a packed batch; an encoder-decoder's decoder reads the same tokens."""
+    ids, mask = batch.input_ids, batch.attention_mask
+    more = dict(decoder_input_ids=ids, decoder_attention_mask=mask) if seq2seq else {}
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=mask, **more, **extra)
+
+
+def packed(folder):
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    return list(batches(open_corpus("builtin").texts(), tok, 24, 2, 96))
+
+
+def hf_next_distance(folder, cls, key: str) -> np.ndarray:
+    """d(l, l+1), l = 0..L-2, from the hidden states HF itself returns for one stack (`key`), float64 per token."""
+    model = cls.from_pretrained(folder, dtype=torch.float32).eval()
+    sums, count = None, 0
+    for batch in packed(folder):
+        name, _, first = key.partition("+")
+        hidden = getattr(hf_forward(model, batch, model.config.is_encoder_decoder, output_hidden_states=True), name)
+        if first == "embeddings":  # Mamba-2 returns each block's output, not the embeddings first
+            with torch.no_grad():
+                hidden = (model.get_input_embeddings()(batch.input_ids), *hidden)
+        states = [h.double().reshape(-1, h.shape[-1]) for h in hidden[:-1]]  # the last entry may be normed
+        cos = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1) for a, b in zip(states, states[1:])])
+        values = torch.arccos(cos.clamp(-1, 1)).sum(1) / math.pi
+        sums = values if sums is None else sums + values
+        count += states[0].shape[0]
+    return (sums / count).numpy()
+
+
+def cut(folder, cls, path: str, drop: list[int]):
+    """A fresh copy with the blocks `drop` taken out of the ModuleList at `path` (typed by hand, not found)."""
+    model = cls.from_pretrained(folder, dtype=torch.float32).eval()
+    parent_path, _, attr = path.rpartition(".")
+    parent = model.get_submodule(parent_path) if parent_path else model
+    blocks = getattr(parent, attr)
+    setattr(parent, attr, torch.nn.ModuleList([b for i, b in enumerate(blocks) if i not in drop]))
+    return model
+
+
+def kl_reference(folder, full, pruned) -> float:
+    """Mean KL(full || pruned) of the output distributions over the packed batches, float64."""
+    seq2seq = full.config.is_encoder_decoder
+    total, count = 0.0, 0
+    for batch in packed(folder):
+        p = hf_forward(full, batch, seq2seq).logits.double().log_softmax(-1)
+        q = hf_forward(pruned, batch, seq2seq).logits.double().log_softmax(-1)
+        total += float((p.exp() * (p - q)).sum())
+        count += p.shape[0] * p.shape[1]
+    return total / count
+
+
+def router_reference(folder, cls, k: int) -> tuple[list[float], list[float]]:
+    """Per MoE layer, from HF's own router logits (output_router_logits): the mean of H(softmax) / ln E over the
+    positions, and the entropy of the experts' share of the top-k picks / ln E."""
+    model = cls.from_pretrained(folder, dtype=torch.float32).eval()
+    per_layer: list[list] = []
+    for batch in packed(folder):
+        logits = hf_forward(model, batch, False, output_router_logits=True).router_logits
+        per_layer = per_layer or [[] for _ in logits]
+        for parts, layer_logits in zip(per_layer, logits):
+            parts.append(layer_logits.double())
+    entropy, load = [], []
+    for parts in per_layer:
+        logits = torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])
+        experts = logits.shape[-1]
+        prob = logits.softmax(-1)
+        entropy.append(float((-(prob * prob.log()).sum(-1)).mean() / math.log(experts)))
+        counts = torch.bincount(logits.topk(k, dim=-1).indices.flatten(), minlength=experts).double()
+        share = counts[counts > 0] / counts.sum()
+        load.append(float(-(share * share.log()).sum() / math.log(experts)))
+    return entropy, load
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(stacked_families(10, 1, 2)))
+def test_stacked_family(name, tokenizer, tmp_path, matrix_out):
+    """Encoder-decoders (each stack), vision-language models (the language tower, text only), hybrids and
+    state-space models: angular against HF's hidden states of the stack, prune against a copy cut by hand."""
+    make = stacked_families(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)[name]
+    try:
+        config, cls, runs = make()
+        torch.manual_seed(0)
+        model = cls(config)
+    except Exception as exc:  # a family this transformers cannot build: named, not failed
+        RESULTS.append({"family": name, "status": "skipped", "why": f"transformers {transformers.__version__} "
+                        f"cannot build it ({type(exc).__name__})"})
+        pytest.skip(f"transformers {transformers.__version__} cannot build {name}: {exc}")
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    try:
+        how = check_stacked(name, folder, cls, runs, tmp_path)
+    except AssertionError as exc:
+        RESULTS.append({"family": name, "status": "fails", "kind": KIND_OF[name],
+                        "why": str(exc).strip().splitlines()[0][:200]})
+        raise
+    RESULTS.append({"family": name, "status": "works", "kind": KIND_OF[name], "metric": "kl", "how": how})
+
+
+def check_stacked(name, folder, cls, runs, tmp_path) -> str:
+    for stack, path, key in runs:
+        flags = ["--stack", stack] if stack else []
+        out = tmp_path / f"angular-{stack}"
+        result = runner.invoke(app, ["angular", str(folder), *flags, *DATA, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        one = pd.read_csv(out / "angular.csv").query("n == 1").sort_values("layer")["distance"].to_numpy()
+        expected = hf_next_distance(folder, cls, key)
+        np.testing.assert_allclose(one[: len(expected)], expected, atol=1e-6)
+        layers = pd.read_csv(out / "layers.csv")
+        if name in EXPECTED_KINDS:
+            assert layers["layer_type"].iloc[:4].tolist() == EXPECTED_KINDS[name]
+        if name == "jamba":
+            moe = layers.dropna(subset=["router_entropy"])
+            assert moe["layer"].tolist() == [1, 3]  # the MoE layers (expert_layer_offset 1, period 2)
+            entropy, load = router_reference(folder, cls, 2)
+            np.testing.assert_allclose(moe["router_entropy"], entropy, rtol=1e-6)
+            np.testing.assert_allclose(moe["expert_load"], load, rtol=1e-6)
+        out = tmp_path / f"prune-{stack}"
+        result = runner.invoke(app, ["prune", str(folder), *flags, "--task", "kl", *DATA, "--out", str(out)])
+        assert result.exit_code == 0, result.output
+        pruned = pd.read_csv(out / "prune.csv")
+        full = cls.from_pretrained(folder, dtype=torch.float32).eval()
+        for layer in (0, 2):  # T5's block 0 computes the position bias the others receive
+            want = kl_reference(folder, full, cut(folder, cls, path, [layer]))
+            got = float(pruned[pruned["layer"] == layer]["pruned"].iloc[0])
+            assert got == pytest.approx(want, rel=1e-4, abs=2e-6), (stack, layer, got, want)
+        result = runner.invoke(app, ["prune", str(folder), *flags, "--task", "kl", "--block", "2", *DATA,
+                                     "--out", str(tmp_path / f"block-{stack}")])
+        assert result.exit_code == 0, result.output
+        result = runner.invoke(app, ["gradnorm", str(folder), *flags, "--reinit", "--seeds", "1", "--batches", "1",
+                                     *DATA[:2], "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+                                     "--out", str(tmp_path / f"gradnorm-{stack}")])
+        assert result.exit_code == 0, result.output
+        assert set(pd.read_csv(tmp_path / f"gradnorm-{stack}" / "gradnorm.csv")["layer"]) == {0, 1, 2, 3}
+    if name == "t5":  # a language-model metric on an encoder-decoder: the user picks the stack
+        result = runner.invoke(app, ["prune", str(folder), "--task", "kl", *DATA, "--out", str(tmp_path / "which")])
+        assert_error(result, "pass --stack decoder or --stack encoder")
+        return ("--stack encoder (default for angular and drift) or --stack decoder, the decoder reading the input "
+                "tokens; block 0 computes the position bias the others receive, so removals of block 0 are scored "
+                "by a full forward (no shared prefix)")
+    if name in ("llava", "qwen2_vl"):
+        result = runner.invoke(app, ["angular", str(folder), "--stack", "vision", *DATA, "--out", str(tmp_path / "v")])
+        assert_error(result, "runs on images")
+        return "the language tower (default --stack language) on text-only input"
+    return "layer_type (attention / mamba) in layers.csv, prune.csv and the plots' ticks" + (
+        "; router columns checked against HF's router logits" if name == "jamba" else "")

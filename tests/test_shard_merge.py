@@ -47,7 +47,7 @@ def test_merged_shards_equal_the_unsharded_sweep(model_dirs, tmp_path):
     result, text = invoke("merge", *shards)
     assert result.exit_code == 0, result.output
     merged = tmp_path / "prune-ppl"  # the shards' name without the suffix
-    assert "least important" in text and str(merged) in text
+    assert "least important" in text and str(merged) in "".join(text.split())  # a long path may wrap
     assert (merged / "prune.csv").read_text() == (tmp_path / "whole" / "prune.csv").read_text()
     a = json.loads((merged / "summary.json").read_text())
     b = json.loads((tmp_path / "whole" / "summary.json").read_text())

@@ -15,9 +15,10 @@ from layerprobe.errors import ConfigError, NumericsError, RunError
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
 from layerprobe.metrics.lens import LensAccumulator
+from layerprobe.metrics.router import RouterAccumulator
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
-from layerprobe.models.layers import ENCODER_MODEL_TYPES
+from layerprobe.models.layers import ENCODER_MODEL_TYPES, layer_kinds
 from layerprobe.models.load import peek_model_type
 from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
@@ -50,6 +51,7 @@ class _Pass:
     sampled: list  # (batch index, per-layer token vectors)
     processed: int  # tokens of all ranks' batches seen
     lens: Any = None  # metrics.lens.LensAccumulator (causal LMs with a trained head), else None
+    routing: Any = None  # metrics.router.RouterAccumulator (empty for models without experts)
 
 
 def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
@@ -64,7 +66,7 @@ def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
                             "overflow this dtype; run with --dtype float32 (or bfloat16).")
 
 
-def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any) -> tuple[list, dict]:
+def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any, routing: Any) -> tuple[list, dict]:
     """(sampled, counters) from a saved checkpoint (the sums go straight into the accumulators), or a fresh start."""
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is None:
@@ -73,6 +75,8 @@ def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any) -> 
     accumulator.load_state(tensors["sums"].to(accumulator.dist_sum.device))
     if lens is not None:
         lens.load_state(tensors["lens"])
+    if routing and "router" in tensors:
+        routing.load_state(tensors["router"])
     layers = len(accumulator.norm_sum)
     sampled = [(-1, [tensors[f"rank{k}"] for k in range(layers)])] if "rank0" in tensors else []
     return sampled, counters
@@ -85,6 +89,7 @@ def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force:
 
     sampled = done.sampled
     tensors = {"sums": done.accumulator.state()} | ({"lens": done.lens.state()} if done.lens is not None else {})
+    tensors |= {"router": done.routing.state()} if done.routing else {}
     if sampled:
         tensors |= {f"rank{k}": torch.cat([part[1][k] for part in sampled]) for k in range(len(sampled[0][1]))}
     checkpoint.save(tensors, counters, force)
@@ -119,7 +124,8 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
 
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
     done = _Pass(accumulator, [], 0, LensAccumulator(len(probe.stack) + 1, config.lens_tokens) if lens else None)
-    done.sampled, counters = _restore(checkpoint, accumulator, done.lens)
+    done.routing = RouterAccumulator(probe.model, probe.stack)
+    done.sampled, counters = _restore(checkpoint, accumulator, done.lens, done.routing)
     sampled = done.sampled
     processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
     # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
@@ -127,7 +133,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     total = config.data.tokens
     progress("tokens", processed, total)
     stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
-    with BlockCapture(probe.stack) as capture, torch.inference_mode():
+    with BlockCapture(probe.stack) as capture, done.routing, torch.inference_mode():
         for index, batch in enumerate(stream):
             if index < counters["batches"]:
                 continue  # counted before an interruption
@@ -138,6 +144,8 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
                 forward(input_ids=ids, attention_mask=mask)
                 rows = last_rows(mask) if config.positions == "last" else mask.flatten().nonzero().squeeze(1)
                 accumulator.update(capture.states, rows)
+                if done.routing:
+                    done.routing.update(rows)
                 _check_finite(accumulator, index, probe.loaded.dtype)
                 if done.lens is not None:
                     _lens_update(done, probe, capture, rows, measured_before)
@@ -212,6 +220,8 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
     done.accumulator.load_state(world.sum(done.accumulator.state()))  # one all-reduce: the single-process sums
     if done.lens is not None:
         done.lens.load_state(world.sum(done.lens.state()))
+    if done.routing:
+        done.routing.load_state(world.sum(done.routing.state()))
     parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
     warnings = list(probe.warnings)
     if done.processed == 0:
@@ -239,7 +249,8 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
         "logit_lens_tokens": done.lens.tokens if done.lens is not None else 0,
     }
     run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks,
-                            done.lens.result().numpy() if done.lens is not None else None)
+                            done.lens.result().numpy() if done.lens is not None else None,
+                            layer_kinds(probe.model, probe.stack), done.routing.result())
     if checkpoint is not None:
         checkpoint.clear()  # the outputs are written: nothing left to resume
     return run
@@ -257,8 +268,10 @@ def lens_head(config: AngularConfig) -> str:
     return "causal-lm" if causal else "base"
 
 
-def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = None) -> tuple[Any, Any]:
-    """(angular: one row per (l, n), layers: one row per x_l) from the accumulated statistics."""
+def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = None, kinds: list[str] | None = None,
+                   routing: tuple[list[float], list[float]] | None = None) -> tuple[Any, Any]:
+    """(angular: one row per (l, n), layers: one row per x_l) from the accumulated statistics. Row l describes
+    block l's input and, for kinds and routing, block l itself (the last row, the output, has none)."""
     import numpy as np
     import pandas as pd
 
@@ -285,6 +298,11 @@ def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = Non
                                 else [np.nan] * num_layers) + [np.nan],
             # mean KL(p_L || p_l): what the model's own final norm and head read from x_l, vs its output
             "logit_lens_kl": lens if lens is not None else [np.nan] * (num_layers + 1),
+            # the kind of block l (attention, mamba, sliding_attention, ...): hybrids show which kind is redundant
+            "layer_type": (list(kinds) if kinds else [""] * num_layers) + [""],
+            # mixture of experts: mean routing entropy / ln E, and the evenness of the experts' top-k load
+            "router_entropy": (list(routing[0]) if routing else [np.nan] * num_layers) + [np.nan],
+            "expert_load": (list(routing[1]) if routing else [np.nan] * num_layers) + [np.nan],
         }
     )
     return angular, layers
@@ -292,9 +310,9 @@ def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = Non
 
 def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConfig, started: str,
                       seconds: float, warnings: list[str], ranks: list[float] | None = None,
-                      lens: Any = None) -> AngularRun:
+                      lens: Any = None, kinds: list[str] | None = None, routing: Any = None) -> AngularRun:
     """angular.csv, layers.csv, heatmap, summary.json, manifest.json."""
-    angular, layers = angular_tables(stats, ranks, lens)
+    angular, layers = angular_tables(stats, ranks, lens, kinds, routing)
     best = angular.loc[angular.groupby("n")["distance"].idxmin()]
     best_per_n = [
         {"n": int(r.n), "layer": int(r.layer), "layers": f"{int(r.layer)}-{int(r.layer + r.n - 1)}", "distance": float(r.distance)}
@@ -303,7 +321,7 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
     summary = {"command": "angular", **facts, "seconds": round(seconds, 3), "prune_first": best_per_n,
                "warnings": warnings}
     title = f"{model_label(facts['model'])}: angular distance over {facts['tokens']:,} tokens ({facts['positions']} positions)"
-    figure = angular_heatmap(stats.distance.numpy(), title)
+    figure = angular_heatmap(stats.distance.numpy(), title, kinds=kinds)
     return write_run(folder, "angular", tables={"angular": angular, "layers": layers}, figures={"heatmap": figure},
                      summary=summary, config=config, started=started, seconds=seconds, facts=facts,
                      formats=config.formats)

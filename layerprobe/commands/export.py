@@ -109,15 +109,20 @@ def zero_sublayers(model: Any, stack: Any, ids: list[int], part: str) -> list[st
     return zeroed
 
 
+def _inputs(model: Any, ids: Any) -> dict:
+    """Text in: an encoder-decoder's decoder reads the same tokens (as layerprobe measured it)."""
+    return {"input_ids": ids, **({"decoder_input_ids": ids} if model.config.is_encoder_decoder else {})}
+
+
 def _forward_seconds(model: Any, ids: Any, repeats: int) -> float:
     import torch
 
     times = []
     with torch.inference_mode():
-        model(input_ids=ids)  # warm-up
+        model(**_inputs(model, ids))  # warm-up
         for _ in range(repeats):
             start = time.perf_counter()
-            model(input_ids=ids)
+            model(**_inputs(model, ids))
             times.append(time.perf_counter() - start)
     return statistics.median(times)
 
@@ -140,7 +145,7 @@ def _output(model: Any, batch: Any) -> Any:
     import torch
 
     with torch.inference_mode():
-        out = model(input_ids=batch)
+        out = model(**_inputs(model, batch))
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
@@ -159,7 +164,7 @@ def _head(spec: str, config: ExportConfig) -> str:
 
     name = checkpoint_architecture(spec, config.model.revision, config.model.trust_remote_code, config.model.gguf_file)
     for suffix, head in (("ForCausalLM", "causal-lm"), ("ForMaskedLM", "masked-lm"),
-                         ("ForQuestionAnswering", "qa")):
+                         ("ForQuestionAnswering", "qa"), ("ForConditionalGeneration", "causal-lm")):
         if name and name.endswith(suffix):
             return head
     return "base"

@@ -9,7 +9,7 @@ from typing import Any
 from layerprobe.config import DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import check_sizes, sequence_limit
-from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, stack_name
+from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, layer_kinds, stack_name
 from layerprobe.errors import ArchitectureError, ModelLoadError, TaskError, all_checks
 from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
 
@@ -57,6 +57,7 @@ class Probe:
             "layers_path": self.stack.path,
             "stack": stack_name(self.stack.path) if len(find_stacks(self.model)) > 1 else None,
             "num_layers": len(self.stack),
+            "layer_types": layer_kinds(self.model, self.stack),
             "dtype": loaded.dtype,
             "device": loaded.device,
         }

@@ -199,6 +199,21 @@ def _pick_stack(model: Any, stacks: dict[str, tuple[str, Any]], stack: str | Non
     return stacks[name]
 
 
+# Encoder-decoders count each stack's layers in a field of its own (T5: num_layers / num_decoder_layers, BART:
+# encoder_layers / decoder_layers); everything else counts the blocks in num_hidden_layers (of the text config).
+STACK_COUNT_FIELDS = {"encoder": ("num_layers", "encoder_layers"), "decoder": ("num_decoder_layers", "decoder_layers")}
+
+
+def layer_count_field(model: Any, stack: BlockStack) -> str:
+    """The config field that counts the blocks of `stack` (what an export with fewer blocks must change)."""
+    config = text_config(model)
+    if getattr(config, "is_encoder_decoder", False):
+        for name in STACK_COUNT_FIELDS.get(stack_name(stack.path), ()):
+            if name in vars(config):
+                return name
+    return "num_hidden_layers"
+
+
 def text_config(model: Any) -> Any:
     """The config that counts the blocks (the text config of multimodal models); takes a model or a config."""
     config = getattr(model, "config", model)
@@ -241,3 +256,40 @@ def measured_weights(model: Any, names: list[str]) -> list[str]:
     embedding_path = next((n for n, m in model.named_modules() if m is embeddings), None)
     prefixes = tuple(f"{p}." for p in (*paths, embedding_path) if p)
     return [n for n in names if n.startswith(prefixes)]
+
+
+# Per-layer kind lists of the text config, first found wins: Jamba/Falcon-H1/Bamba `layers_block_type` (attention,
+# mamba), then transformers' `layer_types` (full/sliding attention; linear_attention for every recurrent kind).
+LAYER_KIND_FIELDS = ("layers_block_type", "layer_types")
+_CLASS_KINDS = (("mamba", "mamba"), ("rwkv", "rwkv"))  # a block class that names its recurrent kind
+
+
+def layer_kinds(model: Any, stack: BlockStack) -> list[str]:
+    """The kind of each block: the config's per-layer list where it has one (a hybrid's attention and Mamba
+    layers), a recurrent kind named by the block's class (Mamba-2's blocks), else 'attention'."""
+    config = text_config(model)
+    listed = None
+    for name in LAYER_KIND_FIELDS:
+        value = getattr(config, name, None)
+        if isinstance(value, (list, tuple)) and len(value) == len(stack):
+            listed = [str(v) for v in value]
+            break
+    kinds = []
+    for index, block in enumerate(stack.blocks):
+        lowered = type(block).__name__.lower()
+        named = next((kind for mark, kind in _CLASS_KINDS if mark in lowered), None)
+        kind = listed[index] if listed else "attention"
+        kinds.append(named if named and kind in ("linear_attention", "attention") else kind)
+    return kinds
+
+
+def kind_marks(kinds: list[str]) -> dict[str, str]:
+    """kind -> the short mark a plot's tick labels carry (A attention, M mamba, ...), unique per kind."""
+    marks: dict[str, str] = {}
+    for kind in dict.fromkeys(kinds):
+        words = [w for w in kind.replace("-", "_").split("_") if w]
+        mark = "".join(w[0] for w in words).upper() or "?"
+        while mark in marks.values():
+            mark += "'"
+        marks[kind] = mark
+    return marks

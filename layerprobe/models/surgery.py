@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
-from layerprobe.models.layers import BlockStack, find_blocks, find_sublayer, layer_index_owners, text_config
+from layerprobe.models.layers import (BlockStack, find_blocks, find_sublayer, layer_count_field, layer_index_owners,
+                                      text_config)
 
 
 def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
@@ -104,7 +105,8 @@ def removed_layers(model: Any, indices: Iterable[int], stack: BlockStack | None 
     drop = set(check_indices(indices, len(original)))
     keep = [i for i in range(len(original)) if i not in drop]
     config = text_config(model)
-    changed = {"num_hidden_layers": len(keep), **per_layer_fields(config, keep)}
+    count = layer_count_field(model, stack)
+    changed = {count: len(keep), **(per_layer_fields(config, keep) if count == "num_hidden_layers" else {})}
     saved = {name: getattr(config, name) for name in changed}
     saved_idx = [(m, m.layer_idx) for block in original for m in layer_index_owners(block)]
     try:

@@ -18,8 +18,10 @@ def aligned_zero(bars: tuple[float, float], line_top: float) -> tuple[float, flo
 
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
                distance: np.ndarray | None = None, correlation: float | None = None,
-               signals: dict[str, float] | None = None, block: int = 1) -> Any:
-    """signals: cheap signal -> Spearman rho with dP, listed under the axes (which one a user can trust)."""
+               signals: dict[str, float] | None = None, block: int = 1, kinds: list[str] | None = None) -> Any:
+    """signals: cheap signal -> Spearman rho with dP, listed under the axes (which one a user can trust). kinds:
+    the kind of each bar's removed layer(s); where there are several (a hybrid), each tick carries its mark."""
+    from layerprobe.plots.heatmap import layer_ticks
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(max(5.5, 0.28 * len(labels) + 2.5), 4.2))
@@ -33,10 +35,11 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
         # one removal costs 100x the typical one (layer 0 of a Pre-LN model): linear up to the typical cost,
         # logarithmic beyond, so the other bars stay readable
         ax.set_yscale("symlog", linthresh=middle * 4, linscale=1.0)
-    ax.set_xticks(x)
-    ax.set_xticklabels(labels, rotation=90 if len(labels) > 24 else 0)
+    layer_ticks(ax, range(len(labels)), kinds, "Removed layer $\\ell$" if block == 1 else
+                f"Removed block of {block} layers, from $\\ell$", labels)
+    ax.tick_params(axis="x", labelrotation=90 if len(labels) > 24 else 0)
     ax.tick_params(labelsize=8)
-    ax.set_xlabel("Removed layer $\\ell$" if block == 1 else f"Removed block of {block} layers, from $\\ell$", fontsize=9)
+    ax.xaxis.label.set_fontsize(9)
     ax.set_ylabel(f"$\\Delta P$ ({metric})", fontsize=9)
     ax.set_title(title, fontsize=10)
     handles = ax.get_legend_handles_labels()

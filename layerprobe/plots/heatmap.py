@@ -16,19 +16,39 @@ def distance_grid(table: Any) -> np.ndarray:
     return grid
 
 
-def angular_heatmap(distance: np.ndarray, title: str, limits: tuple[float, float] | None = None) -> Any:
+def angular_heatmap(distance: np.ndarray, title: str, limits: tuple[float, float] | None = None,
+                    kinds: list[str] | None = None) -> Any:
     """distance: (L+1, L+1) mean d(x_i, x_j). Cells with l + n > L are blank; per-row minimum boxed.
     limits: the colour scale (default: this run's smallest and largest distance; the report passes one shared
-    range to runs shown side by side)."""
+    range to runs shown side by side). kinds: each layer's kind; a hybrid's tick labels carry its mark."""
     num_layers = distance.shape[0] - 1
     grid = np.full((num_layers, num_layers), np.nan)  # grid[n-1, l] = d(l, l+n)
     for n in range(1, num_layers + 1):
         for layer in range(num_layers - n + 1):
             grid[n - 1, layer] = distance[layer, layer + n]
-    return heatmap_of_grid(grid, title, limits)
+    return heatmap_of_grid(grid, title, limits, kinds)
 
 
-def heatmap_of_grid(grid: np.ndarray, title: str, limits: tuple[float, float] | None = None) -> Any:
+def layer_ticks(ax: Any, ticks: range, kinds: list[str] | None, label: str, names: list[str] | None = None) -> None:
+    """x ticks at `ticks` (named `names`, else by position); where the layers are of several kinds (a hybrid),
+    each tick carries the layer's mark and the axis label says what the marks mean."""
+    from layerprobe.models.layers import kind_marks
+
+    ticks = list(ticks)
+    names = names if names is not None else [str(t) for t in ticks]
+    ax.set_xticks(ticks)
+    if kinds and len(set(kinds)) > 1:
+        marks = kind_marks([part for kind in kinds for part in kind.split("+")])
+        ax.set_xticklabels([f"{name}\n{'+'.join(marks[k] for k in kinds[t].split('+'))}"
+                            for t, name in zip(ticks, names)])
+        label += " (" + ", ".join(f"{mark} {kind.replace('_', ' ')}" for kind, mark in marks.items()) + ")"
+    else:
+        ax.set_xticklabels(names)
+    ax.set_xlabel(label)
+
+
+def heatmap_of_grid(grid: np.ndarray, title: str, limits: tuple[float, float] | None = None,
+                    kinds: list[str] | None = None) -> Any:
     import matplotlib
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
@@ -56,11 +76,10 @@ def heatmap_of_grid(grid: np.ndarray, title: str, limits: tuple[float, float] | 
                 dark = 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.5  # relative luminance of the cell
                 ax.text(layer, n, f"{value:.3f}", ha="center", va="center", fontsize=7,
                         color="white" if dark else "black")
-    ax.set_xlabel("Layer $\\ell$")
     ax.set_ylabel("Block size $n$")
     ax.set_title(title, fontsize=10)
     step = max(1, num_layers // 16)
-    ax.set_xticks(range(0, num_layers, step))
+    layer_ticks(ax, range(0, num_layers, step), kinds, "Layer $\\ell$")
     ax.set_yticks(range(1, num_layers + 1, step))
     ax.tick_params(labelsize=8)
     bar = fig.colorbar(image, ax=ax)

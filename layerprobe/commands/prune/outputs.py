@@ -81,6 +81,10 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     import pandas as pd
 
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "metric"]).reset_index(drop=True)
+    kinds = facts.get("layer_types") or []
+    if len(kinds) == facts.get("num_layers"):  # the kind of the removed layer(s): attention, mamba, ...
+        table["layer_type"] = ["+".join(dict.fromkeys(kinds[int(r.layer): int(r.layer) + int(r.block)]))
+                               for r in table.itertuples()]
     metric = check_metric(config.metric, list(dict.fromkeys(table["metric"])))
     main = table[table["metric"] == metric].sort_values("layer")
     harm = -main["delta"] if higher else main["delta"]  # how much worse the model gets without the layer(s)
@@ -125,7 +129,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         title += f", unpruned {metric} = {summary['baseline']:.4g}"
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
                         correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
-                        config.block)
+                        config.block, main["layer_type"].tolist() if "layer_type" in main else None)
     return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

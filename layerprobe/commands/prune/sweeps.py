@@ -206,6 +206,9 @@ class HarnessSweep:
         if is_encoder(probe.model):
             raise TaskError(f"Task '{self.config.task}' needs a causal LM, and '{probe.loaded.spec}' is an encoder: "
                             "use drift or squad.")
+        if getattr(probe.model.config, "is_encoder_decoder", False):
+            raise TaskError(f"Task '{self.config.task}' needs a causal LM, and '{probe.loaded.spec}' is an "
+                            "encoder-decoder: use --task kl, ppl or drift with --stack encoder or decoder.")
         return []
 
     def run(self, job: SweepJob) -> bool:
