@@ -12,7 +12,7 @@ import pytest
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.plots.bars import prune_bars
 from layerprobe.plots.heatmap import angular_heatmap
-from layerprobe.report.findings import conflicts
+from layerprobe.report.findings import conflicts, findings
 from layerprobe.runs.read import Run
 
 
@@ -112,3 +112,26 @@ def test_gradnorm_figure_fits_the_page_and_tells_placements_apart():
     assert labels and not any("times" in t or "^" in t for t in labels)  # 0.6, not 6x10^-1
     wide = gradnorm_table(run_of("gradnorm", {}, gradnorm=table))
     assert list(wide.columns) == ["layer", "pre: param grad norm", "post: param grad norm", "mix: param grad norm"]
+
+
+def test_a_hybrids_layers_by_kind_in_the_prune_findings():
+    """Six layers, mamba and attention alternating, the mamba ones cheap: the finding counts the two cheapest as
+    mamba and gives each kind's median dP (by hand: mamba 0.02, attention 0.5)."""
+    from layerprobe.report.findings import prune_findings
+
+    table = pd.DataFrame({"layer": range(6), "block": 1, "removed": [str(i) for i in range(6)], "metric": "kl",
+                          "baseline": 0.0, "pruned": [0.01, 0.4, 0.02, 0.5, 0.03, 0.6],
+                          "delta": [0.01, 0.4, 0.02, 0.5, 0.03, 0.6], "layer_type": ["mamba", "attention"] * 3})
+    run = run_of("prune", {"model": "m", "metric": "kl", "higher_is_better": False, "block": 1}, prune=table)
+    line = next(line for line in prune_findings(run) if line.startswith("By kind"))
+    assert "of the 2 cheapest to remove, 2 mamba" in line
+    assert "mamba +0.02 (3 layers), attention +0.5 (3 layers)" in line
+
+
+def test_a_hybrids_layers_by_kind_in_the_angular_findings():
+    angular = pd.DataFrame({"layer": range(4), "n": 1, "distance": [0.05, 0.30, 0.07, 0.20], "tokens": 1})
+    layers = pd.DataFrame({"layer": range(5), "layer_type": ["mamba", "attention", "mamba", "attention", None]})
+    run = run_of("angular", {"model": "m"}, angular=angular, layers=layers)
+    line = next(line for line in findings(run) if line.startswith("By kind"))
+    assert line == ("By kind of layer, median d(l, 1): mamba 0.060 (2 layers), attention 0.250 (2 layers); the mamba "
+                    "layers change the representation least.")

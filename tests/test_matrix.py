@@ -374,5 +374,14 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
         result = runner.invoke(app, ["angular", str(folder), "--stack", "vision", *DATA, "--out", str(tmp_path / "v")])
         assert_error(result, "runs on images")
         return "the language tower (default --stack language) on text-only input"
+    if name == "jamba":  # its config derives each layer's kind from periods: only whole periods can be exported
+        result = runner.invoke(app, ["export", str(folder), "--remove", "2", "--device", "cpu",
+                                     "--out", str(tmp_path / "export-2")])
+        assert_error(result, "derives each layer's kind from attn_layer_offset")
+        result = runner.invoke(app, ["export", str(folder), "--remove", "2-3", "--device", "cpu",
+                                     "--out", str(tmp_path / "export-23")])
+        assert result.exit_code == 0, result.output
+        assert transformers.AutoConfig.from_pretrained(tmp_path / "export-23").layers_block_type == ["mamba", "attention"]
     return "layer_type (attention / mamba) in layers.csv, prune.csv and the plots' ticks" + (
-        "; router columns checked against HF's router logits" if name == "jamba" else "")
+        "; router columns checked against HF's router logits; export only of whole periods (the config derives "
+        "each layer's kind from them)" if name == "jamba" else "")

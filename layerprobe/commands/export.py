@@ -18,7 +18,7 @@ from typing import Any
 from layerprobe.config import ExportConfig
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
 from layerprobe.evaluation.variants import PARTS, ranges_label
-from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder
+from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model
 from layerprobe.models.surgery import check_indices, removed, removed_layers
 from layerprobe.progress import Progress, silent
@@ -158,6 +158,19 @@ def _verify(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) ->
     return float((want.float() - _output(reloaded, batch).float()).abs().max())
 
 
+def _check_kinds_written(model: Any, short: Any, kept: list[str], ids: list[int]) -> None:
+    """The shortened config must say what kind each kept layer is: a hybrid whose config derives the kinds from
+    periods (Jamba's attn_layer_period) cannot, for most removals; refused before anything is written."""
+    written = layer_kinds(model, short)
+    if written != kept:
+        config = text_config(model)
+        periods = sorted(k for k in vars(config) if k.endswith(("_period", "_offset")))
+        raise ArchitectureError(
+            f"--remove {ranges_label(ids)}: {type(config).__name__} derives each layer's kind from "
+            f"{', '.join(periods) or 'its settings'}, and the kept layers ({', '.join(kept)}) cannot be written in it "
+            f"(it would read {', '.join(written)}): remove whole periods, or keep the model and prune in place.")
+
+
 def _head(spec: str, config: ExportConfig) -> str:
     """The head the checkpoint has (its config's architectures), so the export keeps it."""
     from layerprobe.models.load import checkpoint_architecture
@@ -221,9 +234,11 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     shutil.rmtree(partial, ignore_errors=True)
     try:
         zeroed: list[str] = []
-        with removed(model, ids, part, stack):
+        kinds = layer_kinds(model, stack)
+        with removed(model, ids, part, stack) as short:
             want = _output(model, batch)  # the pruned model as every layerprobe measurement ran it
             if part == "block":
+                _check_kinds_written(model, short, [kinds[i] for i in keep], ids)
                 model.save_pretrained(partial)
         if part != "block":
             zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours

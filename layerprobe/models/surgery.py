@@ -169,11 +169,14 @@ def removed_sublayers(model: Any, indices: Iterable[int], part: str, stack: Bloc
 
 
 @contextmanager
-def removed(model: Any, indices: Iterable[int], part: str = "block", stack: BlockStack | None = None) -> Iterator[None]:
-    """Whole blocks (part='block') or one kind of sub-layer of each (attn, mlp) removed, undone on exit."""
+def removed(model: Any, indices: Iterable[int], part: str = "block",
+            stack: BlockStack | None = None) -> Iterator[BlockStack]:
+    """Whole blocks (part='block') or one kind of sub-layer of each (attn, mlp) removed, undone on exit; yields the
+    blocks as they are meanwhile."""
+    stack = stack or find_blocks(model)
     if part == "block":
-        with removed_layers(model, indices, stack):
-            yield
+        with removed_layers(model, indices, stack) as short:
+            yield short
     else:
         with removed_sublayers(model, indices, part, stack):
-            yield
+            yield stack

@@ -65,6 +65,14 @@ def angular_findings(run: Run) -> list[str]:
                    f"first half vs {late:.3f} in the second): the Post-LN signature.")
     else:
         out.append(f"Change is spread evenly over depth (mean d(l, 1) {early:.3f} first half, {late:.3f} second).")
+    kinds = run.tables.get("layers")
+    if kinds is not None and "layer_type" in kinds and kinds["layer_type"].dropna().nunique() > 1:
+        by_kind = one.merge(kinds[["layer", "layer_type"]], on="layer")
+        medians = by_kind.groupby("layer_type")["distance"].median().sort_values()
+        out.append("By kind of layer, median d(l, 1): " + ", ".join(
+            f"{kind.replace('_', ' ')} {d:.3f} ({int((by_kind['layer_type'] == kind).sum())} layers)"
+            for kind, d in medians.items()) + f"; the {medians.index[0].replace('_', ' ')} layers change the "
+            "representation least.")
     quarter = max(1, len(layers) // 4)
     best = next((b for b in run.summary.get("prune_first", []) if b.get("n") == quarter), None)
     if best and quarter > 1:
@@ -87,6 +95,8 @@ def prune_findings(run: Run) -> list[str]:
     if s.get("block", 1) == 1 and len(main) >= 3:
         out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in ordered.head(3)["layer"]],
                           "The three layers cheapest to remove"))
+    if "layer_type" in main and main["layer_type"].nunique() > 1 and s.get("block", 1) == 1:
+        out.append(_by_kind(main, ordered, higher))
     rho = s.get("spearman_angular_delta")
     if rho is not None:
         strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"
@@ -114,6 +124,17 @@ def prune_findings(run: Run) -> list[str]:
                    f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; none "
                    "predicts it well here (all below 0.4): measure with prune.")
     return out
+
+
+def _by_kind(main: Any, ordered: Any, higher: bool) -> str:
+    """A hybrid's layers by kind: which kind the cheapest removals are, and each kind's median cost."""
+    cheapest = ordered.head(max(1, len(ordered) // 3))
+    counts = cheapest["layer_type"].value_counts()
+    medians = main.groupby("layer_type")["delta"].median()
+    costs = ", ".join(f"{kind.replace('_', ' ')} {medians[kind]:+.3g} ({int((main['layer_type'] == kind).sum())} "
+                      "layers)" for kind in medians.sort_values(ascending=not higher).index)
+    share = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+    return (f"By kind of layer: of the {len(cheapest)} cheapest to remove, {share}; median dP per kind: {costs}.")
 
 
 def curve_findings(run: Run) -> list[str]:

@@ -25,7 +25,7 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px s
 th{background:#f4f4f6} td:first-child,th:first-child{text-align:left}
 img{max-width:100%;height:auto;border:1px solid #eee} .grid{display:flex;flex-wrap:wrap;gap:1.5em}
 .grid>section{flex:1 1 520px;min-width:0} .grid>section.wide{flex-basis:100%} ul.findings li{margin:.25em 0}
-details{margin:.5em 0} summary{cursor:pointer;color:#333}
+details{margin:.5em 0} summary{cursor:pointer;color:#333} .scroll{overflow-x:auto}
 """
 
 
@@ -85,6 +85,15 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
+def _layer_kinds(run: Run) -> list[str] | None:
+    """Each block's kind from the run's layers.csv (runs before the column existed have none)."""
+    layers = run.tables.get("layers")
+    if layers is None or "layer_type" not in layers:
+        return None
+    kinds = layers["layer_type"].fillna("").astype(str).tolist()[:-1]  # the last row is the output, no block
+    return kinds if all(kinds) else None
+
+
 def _shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
     """Angular runs shown side by side get their heatmaps drawn again on one colour scale (their joint range), so
     a colour means the same distance in each; a single run keeps its own figure."""
@@ -99,8 +108,9 @@ def _shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
     paths = {}
     for index, (run, grid) in enumerate(zip(group, grids)):
         title = f"{run.model}: angular distance over {run.summary.get('tokens', 0):,} tokens"
-        paths[index] = save_figure(assets / f"angular_{index}_heatmap_shared", heatmap_of_grid(grid, title, limits),
-                                   ("png",))[0]
+        kinds = _layer_kinds(run)
+        paths[index] = save_figure(assets / f"angular_{index}_heatmap_shared",
+                                   heatmap_of_grid(grid, title, limits, kinds), ("png",))[0]
     return paths
 
 
@@ -154,7 +164,8 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
             body_html.append(f"<details><summary>Run facts</summary><table>{fact_table}</table>"
                              f'<p class="muted">{html.escape(str(run.folder))}</p></details>')
             table = kind.function("data_table")(run)
-            body_html.append(f"<details open><summary>Per-layer numbers</summary>{_html_table(table)}</details>")
+            body_html.append(f"<details open><summary>Per-layer numbers</summary><div class=\"scroll\">"
+                             f"{_html_table(table)}</div></details>")
             body_html.append("</section>")
             body_md += ["| fact | value |", "|---|---|"] + [f"| {_md(k)} | {_md(v)} |" for k, v in facts] + [""]
             body_md += [_md_table(table), ""]

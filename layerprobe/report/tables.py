@@ -9,15 +9,19 @@ from layerprobe.runs.read import Run
 
 def angular_table(run: Run) -> Any:
     layers = run.tables["layers"]
-    extra = [c for c in ("effective_rank", "block_influence", "logit_lens_kl") if c in layers and layers[c].notna().any()]
-    return layers[["layer", "distance_next", "norm", "cos_input", *extra]].rename(
-        columns={"distance_next": "d(l, 1)", "block_influence": "BI", "logit_lens_kl": "lens KL"})
+    extra = [c for c in ("effective_rank", "block_influence", "logit_lens_kl", "router_entropy", "expert_load")
+             if c in layers and layers[c].notna().any()]
+    kinds = ["layer_type"] if "layer_type" in layers and layers["layer_type"].dropna().nunique() > 1 else []
+    return layers[["layer", *kinds, "distance_next", "norm", "cos_input", *extra]].rename(
+        columns={"layer_type": "kind", "distance_next": "d(l, 1)", "block_influence": "BI", "logit_lens_kl": "lens KL",
+                 "router_entropy": "router H", "expert_load": "load"})
 
 
 def prune_table(run: Run) -> Any:
     table = run.tables["prune"]
     main = table[table["metric"] == run.summary["metric"]]
-    return main[["removed", "baseline", "pruned", "delta"]].rename(columns={"delta": "dP"})
+    kinds = ["layer_type"] if "layer_type" in main and main["layer_type"].dropna().nunique() > 1 else []
+    return main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
 
 
 def curve_table(run: Run) -> Any:
