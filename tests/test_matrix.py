@@ -110,6 +110,19 @@ def stacked_families(vocab: int, bos: int, eos: int) -> dict:
                                         expert_layer_offset=1, attn_layer_period=2, attn_layer_offset=1,
                                         mamba_d_state=8, mamba_d_conv=4, mamba_expand=2),
                           t.JambaForCausalLM, [(None, "model.layers", "hidden_states")]),
+        "qwen3_next": lambda: (t.Qwen3NextConfig(**text, head_dim=8, linear_num_value_heads=4, linear_num_key_heads=2,
+                                                 linear_key_head_dim=8, linear_value_head_dim=8, num_experts=4,
+                                                 num_experts_per_tok=2, moe_intermediate_size=16,
+                                                 shared_expert_intermediate_size=16, full_attention_interval=2),
+                               t.Qwen3NextForCausalLM, [(None, "model.layers", "hidden_states")]),
+        "falcon_h1": lambda: (t.FalconH1Config(**text, head_dim=8, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8,
+                                               mamba_d_state=8, mamba_n_groups=1, mamba_d_conv=4, mamba_expand=2,
+                                               mamba_chunk_size=16),
+                              t.FalconH1ForCausalLM, [(None, "model.layers", "hidden_states")]),
+        "llama4": lambda: (t.Llama4TextConfig(**text, head_dim=8, num_local_experts=4, num_experts_per_tok=1,
+                                              intermediate_size_mlp=64, interleave_moe_layer_step=2,
+                                              no_rope_layers=[1, 1, 1, 0], attention_chunk_size=16),
+                           t.Llama4ForCausalLM, [(None, "model.layers", "hidden_states")]),
         "mamba2": lambda: (t.Mamba2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=4, state_size=8,
                                           num_heads=8, head_dim=8, expand=2, n_groups=1, **{k: v for k, v in
                                           ids.items() if k != "vocab_size"}),
@@ -118,9 +131,13 @@ def stacked_families(vocab: int, bos: int, eos: int) -> dict:
 
 
 KIND_OF = {"t5": "encoder-decoder", "llava": "vision-language", "qwen2_vl": "vision-language", "jamba": "hybrid",
-           "mamba2": "state-space"}
+           "qwen3_next": "hybrid", "falcon_h1": "hybrid", "llama4": "causal", "mamba2": "state-space"}
 # The kind of each layer, by hand from the configs above (Jamba: attention every 2nd layer from layer 1)
-EXPECTED_KINDS = {"jamba": ["mamba", "attention", "mamba", "attention"], "mamba2": ["mamba"] * 4}
+EXPECTED_KINDS = {"jamba": ["mamba", "attention", "mamba", "attention"], "mamba2": ["mamba"] * 4,
+                  "qwen3_next": ["linear_attention", "full_attention"] * 2, "falcon_h1": ["hybrid"] * 4,
+                  "llama4": ["chunked_attention"] * 3 + ["full_attention"]}
+# Mixture-of-experts layers (by hand from the configs) and top-k: router columns checked against HF's router logits
+ROUTED = {"jamba": ([1, 3], 2), "qwen3_next": ([0, 1, 2, 3], 2), "llama4": ([1, 3], 1)}
 
 RESULTS: list[dict] = []
 
@@ -233,7 +250,7 @@ def hf_forward(model, batch, seq2seq: bool, **extra):
     ids, mask = batch.input_ids, batch.attention_mask
     more = dict(decoder_input_ids=ids, decoder_attention_mask=mask) if seq2seq else {}
     with torch.no_grad():
-        return model(input_ids=ids, attention_mask=mask, **more, **extra)
+        return model(input_ids=ids, attention_mask=mask, use_cache=False, **more, **extra)
 
 
 def packed(folder):
@@ -266,6 +283,11 @@ def cut(folder, cls, path: str, drop: list[int]):
     parent = model.get_submodule(parent_path) if parent_path else model
     blocks = getattr(parent, attr)
     setattr(parent, attr, torch.nn.ModuleList([b for i, b in enumerate(blocks) if i not in drop]))
+    config = model.config.get_text_config()
+    for name in ("layer_types", "no_rope_layers"):  # per-layer lists the forward indexes by position: each kept
+        value = vars(config).get(name)  # block keeps its own entry (Llama 4's chunked / full attention)
+        if isinstance(value, list) and len(value) == len(blocks):
+            setattr(config, name, [v for i, v in enumerate(value) if i not in drop])
     return model
 
 
@@ -341,10 +363,10 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
         layers = pd.read_csv(out / "layers.csv")
         if name in EXPECTED_KINDS:
             assert layers["layer_type"].iloc[:4].tolist() == EXPECTED_KINDS[name]
-        if name == "jamba":
+        if name in ROUTED:
             moe = layers.dropna(subset=["router_entropy"])
-            assert moe["layer"].tolist() == [1, 3]  # the MoE layers (expert_layer_offset 1, period 2)
-            entropy, load = router_reference(folder, cls, 2)
+            assert moe["layer"].tolist() == ROUTED[name][0]
+            entropy, load = router_reference(folder, cls, ROUTED[name][1])
             np.testing.assert_allclose(moe["router_entropy"], entropy, rtol=1e-6)
             np.testing.assert_allclose(moe["expert_load"], load, rtol=1e-6)
         out = tmp_path / f"prune-{stack}"
@@ -382,6 +404,12 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
                                      "--out", str(tmp_path / "export-23")])
         assert result.exit_code == 0, result.output
         assert transformers.AutoConfig.from_pretrained(tmp_path / "export-23").layers_block_type == ["mamba", "attention"]
-    return "layer_type (attention / mamba) in layers.csv, prune.csv and the plots' ticks" + (
-        "; router columns checked against HF's router logits; export only of whole periods (the config derives "
-        "each layer's kind from them)" if name == "jamba" else "")
+    how = {"jamba": "attention / mamba layers", "qwen3_next": "linear (Gated DeltaNet) / full attention layers",
+           "falcon_h1": "attention and Mamba in every layer", "llama4": "chunked / full attention, every 2nd layer MoE",
+           "mamba2": "Mamba-2 blocks, no attention"}[name]
+    how += "; layer_type in layers.csv, prune.csv and the plots' ticks, checked against the config"
+    if name in ROUTED:
+        how += "; router columns checked against HF's router logits"
+    if name == "jamba":
+        how += "; export only of whole periods (the config derives each layer's kind from them)"
+    return how

@@ -8,29 +8,29 @@ from typing import Any
 
 import torch
 
-ROUTER_CLASS_ENDINGS = ("router", "gate")  # TopKRouter, TopkRouter, DbrxRouter, HunYuanMoEV1Gate, ...
 
-
-def router_classes(model: Any) -> tuple[type, ...]:
-    """The router classes transformers itself records router logits from (`_can_record_outputs`)."""
-    found = []
+def router_classes(model: Any) -> dict[type, int]:
+    """The router classes transformers itself records router logits from (`_can_record_outputs`), each with the
+    index of the logits in what it returns (0 mostly; Llama 4's router returns its scores first)."""
+    found: dict[type, int] = {}
     for module in model.modules():
         recorders = getattr(type(module), "_can_record_outputs", None) or {}
         recorder = recorders.get("router_logits") if isinstance(recorders, dict) else None
         target = getattr(recorder, "target_class", None)
-        if isinstance(target, type) and target not in found:
-            found.append(target)
-    return tuple(found)
+        if isinstance(target, type):
+            found.setdefault(target, int(getattr(recorder, "index", 0) or 0))
+    return found
 
 
-def find_routers(model: Any, stack: Any) -> dict[int, Any]:
-    """block index -> its router module (blocks without one, dense layers, are absent)."""
+def find_routers(model: Any, stack: Any) -> dict[int, tuple[Any, int]]:
+    """block index -> (its router module, the index of the logits in its output); dense blocks are absent."""
     classes = router_classes(model)
     routers = {}
     for index, block in enumerate(stack.blocks):
         for module in block.modules():
-            if classes and isinstance(module, classes):
-                routers[index] = module
+            kind = next((c for c in classes if isinstance(module, c)), None)
+            if kind is not None:
+                routers[index] = (module, classes[kind])
                 break
     return routers
 
@@ -45,7 +45,7 @@ class RouterAccumulator:
         config = getattr(model, "config", None)
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         self.default_k = getattr(text, "num_experts_per_tok", None) or 1
-        self.experts = max((self._experts(m) for m in self.routers.values()), default=0)
+        self.experts = max((self._experts(m) for m, _ in self.routers.values()), default=0)
         self.entropy_sum = torch.zeros(self.layers, dtype=torch.float64)
         self.count = torch.zeros(self.layers, dtype=torch.float64)
         self.picks = torch.zeros(self.layers, max(self.experts, 1), dtype=torch.float64)
@@ -61,8 +61,8 @@ class RouterAccumulator:
         return bool(self.routers)
 
     def __enter__(self) -> RouterAccumulator:
-        for index, module in self.routers.items():
-            self._handles.append(module.register_forward_hook(self._hook(index)))
+        for index, (module, at) in self.routers.items():
+            self._handles.append(module.register_forward_hook(self._hook(index, at)))
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -71,23 +71,24 @@ class RouterAccumulator:
         self._handles.clear()
         self._last.clear()
 
-    def _hook(self, index: int):
+    def _hook(self, index: int, at: int):
         def hook(module, args, output):
-            self._last[index] = (output, getattr(module, "top_k", None) or self.default_k)
+            self._last[index] = (output, at, getattr(module, "top_k", None) or self.default_k)
 
         return hook
 
     def update(self, rows: torch.Tensor) -> None:
         """Add the positions `rows` (flat indices into batch x seq) of the last forward."""
-        for index, (output, k) in self._last.items():
-            logits = (output[0] if isinstance(output, tuple) else output).float()
+        for index, (output, at, k) in self._last.items():
+            items = output if isinstance(output, tuple) else (output,)
+            logits = items[at].float()
             logits = logits.reshape(-1, logits.shape[-1]).index_select(0, rows.to(logits.device))
             experts = logits.shape[-1]
             log_p = torch.log_softmax(logits.double(), dim=-1)
             entropy = -(log_p.exp() * log_p).sum(-1) / math.log(experts)
-            returned = output[2] if isinstance(output, tuple) and len(output) > 2 else None
-            if isinstance(returned, torch.Tensor) and not returned.is_floating_point():  # the router's own picks
-                chosen = returned.reshape(-1, returned.shape[-1]).index_select(0, rows.to(returned.device))
+            picks = [x for x in items if isinstance(x, torch.Tensor) and not x.is_floating_point()]
+            if picks:  # the router's own top-k picks, where it returns them
+                chosen = picks[0].reshape(-1, picks[0].shape[-1]).index_select(0, rows.to(picks[0].device))
             else:
                 chosen = torch.topk(logits, k, dim=-1).indices
             self.entropy_sum[index] += entropy.sum().cpu()
@@ -116,6 +117,6 @@ class RouterAccumulator:
             entropy.append(float(self.entropy_sum[index] / self.count[index]))
             share = self.picks[index] / self.picks[index].sum()
             share = share[share > 0]
-            experts = self._experts(self.routers[index]) or self.picks.shape[1]
+            experts = self._experts(self.routers[index][0]) or self.picks.shape[1]
             load.append(float(-(share * share.log()).sum() / math.log(experts)))
         return entropy, load
