@@ -87,7 +87,8 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
 def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
     """Against transformers' own GGUF loading (not the cache): hidden states, per-token arccos in float64."""
     result = invoke("angular", "smollm2", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
-                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--out", tmp_path / "run")
+                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "0",
+                    "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
     path = smollm2_gguf()
     expected, count = naive_reference(str(path.parent), "norm", "builtin", 128, 32, 2, gguf_file=path.name)

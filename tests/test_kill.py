@@ -100,8 +100,8 @@ def whole_runs(tmp_path_factory, cases: dict) -> dict:
 @pytest.fixture(scope="module")
 def commands(model_dirs, corpus_file, task_dir):  # noqa: F811
     return {
-        "angular": ["angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 6000, "--seq-len", 32,
-                    "--batch-size", 2, "--device", "cpu", "--save-every", 0],  # 94 batches, saved after each
+        "angular": ["angular", model_dirs["llama"], "--dataset", corpus_file, "--tokens", 4000, "--seq-len", 32,
+                    "--batch-size", 2, "--device", "cpu", "--save-every", 0],  # 63 batches, saved after each
         "taskfree": ["prune", model_dirs["gpt2"], "--task", "ppl", "--dataset", "builtin", "--tokens", 2048,
                      "--seq-len", 32, "--batch-size", 2, "--device", "cpu"],  # 32 batches
         # lm-eval: the kill after the saved baseline is test_prune_lmeval's (in process); here, among the variants
@@ -119,7 +119,7 @@ def whole(commands, tmp_path_factory):
 
 MOMENTS = [  # (command, what the run's files show when it is killed, tables compared): each command once, early
     # (after its first save) or late (well into the run)
-    ("angular", lambda cut: pass_batches(cut) >= 60, ["angular.csv", "layers.csv"]),
+    ("angular", lambda cut: pass_batches(cut) >= 40, ["angular.csv", "layers.csv"]),
     ("taskfree", lambda cut: state_batches(cut) >= 1, ["prune.csv"]),
     ("lmeval", lambda cut: csv_rows(cut / "prune.csv") >= 2, ["prune.csv"]),
     ("gradnorm", lambda cut: finished_jobs(cut) >= 1, ["gradnorm.csv"]),
