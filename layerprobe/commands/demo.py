@@ -26,11 +26,10 @@ from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_r
 # SmolLM2 is 30 layers with a 49,152-word head on 2 CPU cores: its sweeps score each of 30 variants' logits,
 # so they get fewer tokens (README: "What the demo shows" gives the noise at these counts).
 FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "smollm2_angular_tokens": 8192, "smollm2_prune_tokens": 512,
-        "arch": "llama-71m", "seeds": 2, "batches": 2}
-QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 2048, "smollm2_prune_tokens": 512,
-         "arch": "llama-71m", "seeds": 1, "batches": 1}
+        "lens_tokens": 256, "arch": "llama-71m", "seeds": 2, "batches": 2}
+QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 1024, "smollm2_prune_tokens": 512,
+         "lens_tokens": 64, "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
-LENS_TOKENS = 256  # the logit lens runs SmolLM2's 49,152-word head 31 times per position: ~9 s on 2 cores
 CURVE_MAX_REMOVED = 8  # of SmolLM2's 30 layers
 CURVE_KEEP = 0.8  # kl <= ln(1/0.8) = 0.22 nats: a 135M model loses more than 0.05 nats to any one layer
 SMOLLM2_BATCH = 2  # sequences of 256 tokens per forward: the sweeps' stored block inputs stay small
@@ -61,7 +60,8 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
     model = ModelOptions("smollm2", "float32", "cpu")
     angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["smollm2_angular_tokens"],
                                                                        SEQ_LEN, BATCH),
-                                        out=str(folder / "smollm2-angular"), overwrite=True, lens_tokens=LENS_TOKENS),
+                                        out=str(folder / "smollm2-angular"), overwrite=True,
+                                        lens_tokens=size["lens_tokens"]),  # SmolLM2's head 31 times per position
                           stage("angular (SmolLM2)"))
     runs = [angular]
     for task in ("kl", "ppl"):

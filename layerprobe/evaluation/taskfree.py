@@ -33,17 +33,30 @@ def model_output(output: Any) -> torch.Tensor:
     return logits if logits is not None else output.last_hidden_state
 
 
-def metric_sum(metric: str, original: torch.Tensor, pruned: torch.Tensor, ids: torch.Tensor) -> tuple[float, int]:
+class Original:
+    """The unpruned output of one batch, with what every variant's kl reads computed once: log p = log_softmax
+    and p (variants of a 49,152-word head would redo both each time)."""
+
+    def __init__(self, metric: str, output: torch.Tensor) -> None:
+        self.output = output
+        if metric == "kl":
+            self.log_p = torch.log_softmax(output.float(), dim=-1)
+            self.p = self.log_p.exp()
+
+
+def metric_sum(metric: str, original: torch.Tensor | Original, pruned: torch.Tensor,
+               ids: torch.Tensor) -> tuple[float, int]:
     """(sum over positions, positions) of the metric for one batch; original/pruned: (batch, seq, V or d)."""
     if metric == "ppl":
         logits = pruned[:, :-1].float()
         nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         return float(nll.double().sum()), nll.numel()
     if metric == "kl":
-        log_p = torch.log_softmax(original.float(), dim=-1)
+        reference = original if isinstance(original, Original) else Original(metric, original)
         log_q = torch.log_softmax(pruned.float(), dim=-1)
-        kl = (log_p.exp() * (log_p - log_q)).sum(-1)  # (batch, seq)
+        kl = (reference.p * (reference.log_p - log_q)).sum(-1)  # (batch, seq); small terms, summed: no cancellation
         return float(kl.double().sum()), kl.numel()
+    original = original.output if isinstance(original, Original) else original
     if metric == "drift":
         cos = torch.nn.functional.cosine_similarity(original.double(), pruned.double(), dim=-1)
         return float((1.0 - cos).sum()), cos.numel()
@@ -98,6 +111,7 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
         original = model_output(model(input_ids=ids, attention_mask=mask))
         states, calls = list(capture.states), list(capture.calls)
     add_baseline(metric, original, ids, sums)
+    original = Original(metric, original)
     producers = produced_inside(calls) if part == "block" else frozenset()
     replayed = [v for v in variants if not producers & set(v.removed)]
     with tail_only(model, stack) as replay:
@@ -119,6 +133,7 @@ def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list
     """The plain way: delete the layers, run the whole model, restore; per variant."""
     original = model_output(model(input_ids=ids, attention_mask=mask))
     add_baseline(metric, original, ids, sums)
+    original = Original(metric, original)
     for variant in variants:
         with removed(model, variant.removed, part, stack):
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
