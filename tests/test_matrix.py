@@ -153,13 +153,12 @@ def matrix_out():
                 handle.write(json.dumps(row) + "\n")
 
 
-def build(name: str, tokenizer, root):
-    make = families(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)[name]
+def saved(name: str, make, tokenizer, root):
+    """The model make() builds (seeded), saved with the tokenizer into root/name; a family this transformers cannot
+    build is skipped with the reason, and named in the table."""
     try:
-        config, kind = make()
         torch.manual_seed(0)
-        cls = transformers.AutoModelForCausalLM if kind == "causal" else transformers.AutoModel
-        model = cls.from_config(config)
+        model = make()
     except Exception as exc:  # a family this transformers cannot build: named, not failed
         RESULTS.append({"family": name, "status": "skipped", "why": f"transformers {transformers.__version__} "
                         f"cannot build it ({type(exc).__name__})"})
@@ -167,24 +166,23 @@ def build(name: str, tokenizer, root):
     folder = root / name
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return folder, kind, cls
+    return folder
 
 
-def naive_next_distance(folder, cls) -> np.ndarray:
-    """d(l, l+1) for l = 0..L-2 from HF's own output_hidden_states (block inputs), per token in float64."""
-    model = cls.from_pretrained(folder, dtype=torch.float32).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(folder)
-    sums, count = None, 0
-    for batch in batches(open_corpus("builtin").texts(), tok, 24, 2, 96):
-        with torch.no_grad():
-            hidden = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                           output_hidden_states=True).hidden_states
-        states = [h.double().reshape(-1, h.shape[-1]) for h in hidden[:-1]]  # the last entry may be normed
-        cos = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1) for a, b in zip(states, states[1:])])
-        values = torch.arccos(cos.clamp(-1, 1)).sum(1) / math.pi
-        sums = values if sums is None else sums + values
-        count += states[0].shape[0]
-    return (sums / count).numpy()
+def build(name: str, tokenizer, root):
+    make = families(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)[name]
+    kind = {}
+
+    def model():  # the config too is built inside saved(): a family without one is skipped, not an error
+        config, kind["kind"] = make()
+        return head(kind["kind"]).from_config(config)
+
+    folder = saved(name, model, tokenizer, root)
+    return folder, kind["kind"], head(kind["kind"])
+
+
+def head(kind: str):
+    return transformers.AutoModelForCausalLM if kind == "causal" else transformers.AutoModel
 
 
 @pytest.mark.slow
@@ -212,7 +210,7 @@ def check_family(folder, kind, cls, tmp_path, name="") -> None:
     table = pd.read_csv(tmp_path / "angular" / "angular.csv")
     one = table[table["n"] == 1].sort_values("layer")["distance"].to_numpy()
     base = transformers.AutoModel if kind == "encoder" else transformers.AutoModelForCausalLM
-    expected = naive_next_distance(folder, base)
+    expected = hf_next_distance(folder, base, "hidden_states")
     np.testing.assert_allclose(one[: len(expected)], expected, atol=1e-6)
     layers = pd.read_csv(tmp_path / "angular" / "layers.csv")
     if name in MOE:  # against HF's own router logits (output_router_logits)
@@ -331,17 +329,14 @@ def test_stacked_family(name, tokenizer, tmp_path, matrix_out):
     """Encoder-decoders (each stack), vision-language models (the language tower, text only), hybrids and
     state-space models: angular against HF's hidden states of the stack, prune against a copy cut by hand."""
     make = stacked_families(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)[name]
-    try:
-        config, cls, runs = make()
-        torch.manual_seed(0)
-        model = cls(config)
-    except Exception as exc:  # a family this transformers cannot build: named, not failed
-        RESULTS.append({"family": name, "status": "skipped", "why": f"transformers {transformers.__version__} "
-                        f"cannot build it ({type(exc).__name__})"})
-        pytest.skip(f"transformers {transformers.__version__} cannot build {name}: {exc}")
-    folder = tmp_path / name
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    parts = {}
+
+    def model():
+        config, parts["cls"], parts["runs"] = make()
+        return parts["cls"](config)
+
+    folder = saved(name, model, tokenizer, tmp_path)
+    cls, runs = parts["cls"], parts["runs"]
     try:
         how = check_stacked(name, folder, cls, runs, tmp_path)
     except AssertionError as exc:
