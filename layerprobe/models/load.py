@@ -13,7 +13,7 @@ from layerprobe.models.device_map import fit_device_map, input_device, placement
 from layerprobe.models.gguf import load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
-from layerprobe.models.quantize import quantization_kwargs
+from layerprobe.models.quantize import quantization_settings
 from layerprobe.runs.manifest import weights_fingerprint
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
@@ -229,12 +229,11 @@ def load_model(
         raise ModelLoadError(_config_problem(spec, source, exc)) from None
     if isinstance(placement.get("device_map"), dict):
         placement["device_map"] = fit_device_map(placement["device_map"], config, head, trust_remote_code)
-    quantized, quantization = quantization_kwargs(spec, quantize, config, device, dtype, source)
-    if quantized and not placement:
-        placement = {"device_map": quantized["device_map"]}  # quantized weights are placed while loading
-    model, info = _load_weights(spec, where, head, config, dtype, placement,
-                                {**common, **({"quantization_config": quantized["quantization_config"]}
-                                              if "quantization_config" in quantized else {})}, device_map, offload)
+    settings, quantization = quantization_settings(spec, quantize, config, device, dtype, source)
+    if quantization and not placement:
+        placement = {"device_map": {"": device}}  # quantized weights are placed while loading, never moved after
+    more = {"quantization_config": settings} if settings is not None else {}
+    model, info = _load_weights(spec, where, head, config, dtype, placement, {**common, **more}, device_map, offload)
     tokenizer = _load_tokenizer(spec, where, common)
     check_token_ids(model, tokenizer, spec)
     if getattr(model.config, "is_encoder_decoder", False):

@@ -32,19 +32,20 @@ def saved_quantization(config: Any) -> dict | None:
     return {"method": method, "bits": bits, "on_load": False}
 
 
-def quantization_kwargs(spec: str, quantize: str | None, config: Any, device: str, dtype: str,
-                        source: str) -> tuple[dict, dict | None]:
-    """(from_pretrained keywords, the manifest's quantization record). Refuses, in one line each: an unknown
-    --quantize, --quantize on a CPU, on a GGUF or on a checkpoint already quantized, and a missing package."""
+def quantization_settings(spec: str, quantize: str | None, config: Any, device: str, dtype: str,
+                          source: str) -> tuple[Any, dict | None]:
+    """(the quantization_config to load with, None for plain or saved-quantized weights; the manifest's
+    quantization record, None for plain weights). Refuses, in one line each: an unknown --quantize, --quantize on
+    a CPU, on a GGUF or on a checkpoint already quantized, and a missing package."""
     saved = saved_quantization(config)
     if quantize is None:
         if saved is None:
-            return {}, None
+            return None, None
         missing = _missing(SAVED_METHOD_PACKAGES.get(saved["method"], ()))
         if missing:
             raise ModelLoadError(f"'{spec}' is saved quantized ({saved['method']}, {saved['bits'] or '?'}-bit) and "
                                  f"loading it needs {' and '.join(missing)}: pip install {' '.join(missing)}.")
-        return {"device_map": {"": device}}, saved
+        return None, saved
     if quantize not in QUANTIZE:
         raise ModelLoadError(f"Unknown --quantize '{quantize}': use 4bit or 8bit.")
     if source == "gguf":
@@ -65,5 +66,4 @@ def quantization_kwargs(spec: str, quantize: str | None, config: Any, device: st
     settings = transformers.BitsAndBytesConfig(
         load_in_4bit=bits == 4, load_in_8bit=bits == 8, bnb_4bit_quant_type="nf4",
         bnb_4bit_compute_dtype=getattr(torch, dtype))
-    return ({"quantization_config": settings, "device_map": {"": device}},
-            {"method": "bitsandbytes", "bits": bits, "on_load": True})
+    return settings, {"method": "bitsandbytes", "bits": bits, "on_load": True}
