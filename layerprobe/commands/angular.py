@@ -18,7 +18,7 @@ from layerprobe.metrics.lens import LensAccumulator
 from layerprobe.metrics.router import RouterAccumulator
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
-from layerprobe.models.layers import ENCODER_MODEL_TYPES, layer_kinds
+from layerprobe.models.layers import ENCODER_MODEL_TYPES
 from layerprobe.models.load import peek_model_type
 from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
@@ -250,7 +250,7 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
     }
     run = write_angular_run(folder, stats, facts, config, started, seconds, warnings, ranks,
                             done.lens.result().numpy() if done.lens is not None else None,
-                            layer_kinds(probe.model, probe.stack), done.routing.result())
+                            facts["layer_types"], done.routing.result())
     if checkpoint is not None:
         checkpoint.clear()  # the outputs are written: nothing left to resume
     return run

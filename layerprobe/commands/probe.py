@@ -39,8 +39,12 @@ class Probe:
     def identity(self) -> dict:
         """What a --resume must match beyond the command's settings, only where it is not the plain case (older
         runs resume as before): the block stack of a model with several, and quantized weights."""
-        facts = self.facts()
-        return {k: facts[k] for k in ("stack", "quantization") if facts[k] is not None}
+        facts = {"stack": self.stack_name(), "quantization": self.loaded.quantization}
+        return {k: v for k, v in facts.items() if v is not None}
+
+    def stack_name(self) -> str | None:
+        """encoder, decoder, language or vision in a model with several stacks; None in a model with one."""
+        return stack_name(self.stack.path) if len(find_stacks(self.model)) > 1 else None
 
     def facts(self) -> dict:
         """What summary.json and manifest.json say about the model."""
@@ -55,7 +59,7 @@ class Probe:
             "quantization": loaded.quantization,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,
-            "stack": stack_name(self.stack.path) if len(find_stacks(self.model)) > 1 else None,
+            "stack": self.stack_name(),
             "num_layers": len(self.stack),
             "layer_types": layer_kinds(self.model, self.stack),
             "dtype": loaded.dtype,

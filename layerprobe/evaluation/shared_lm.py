@@ -27,9 +27,9 @@ try:  # moved between lm-eval releases
 except ImportError:  # pragma: no cover - older lm-eval
     from lm_eval.models.utils import pad_and_concat
 
-from layerprobe.evaluation.taskfree import replay_variant, tail_only
+from layerprobe.evaluation.taskfree import replay_variant, replayable, tail_only
 from layerprobe.evaluation.variants import Variant
-from layerprobe.hooks import BlockCapture, produced_inside
+from layerprobe.hooks import BlockCapture
 from layerprobe.models.surgery import removed
 from layerprobe.models.layers import BlockStack
 
@@ -165,8 +165,7 @@ class SharedPrefixLM(HFLM):
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
         del logits, flat
         dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
-        producers = produced_inside(calls) if self.part == "block" else frozenset()
-        replayed = [v for v in self.variants if not producers & set(v.removed)]
+        replayed = replayable(calls, self.variants, self.part)
         for variant in self.variants:  # removing a block whose outputs feed later blocks: a full forward
             if variant not in replayed:
                 with torch.no_grad(), removed(self.model, variant.removed, self.part, self.stack):

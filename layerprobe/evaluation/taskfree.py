@@ -103,6 +103,13 @@ def replay_variant(model: Any, stack: BlockStack, calls: list, states: list, var
         return replay_from(blocks, calls, states[variant.start], variant.start)
 
 
+def replayable(calls: list, variants: list[Variant], part: str = "block") -> list[Variant]:
+    """The variants a replay of the recorded calls scores right: all but those removing a block whose outputs feed
+    later blocks' arguments (hooks.produced_inside), which the caller scores by a full forward."""
+    producers = produced_inside(calls) if part == "block" else frozenset()
+    return [v for v in variants if not producers & set(v.removed)]
+
+
 def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
                        ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
     """One original forward; each variant restarts from the stored input of its first removed block (but those
@@ -112,8 +119,7 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
         states, calls = list(capture.states), list(capture.calls)
     add_baseline(metric, original, ids, sums)
     original = Original(metric, original)
-    producers = produced_inside(calls) if part == "block" else frozenset()
-    replayed = [v for v in variants if not producers & set(v.removed)]
+    replayed = replayable(calls, variants, part)
     with tail_only(model, stack) as replay:
         replay.like(capture)
         for variant in replayed:
