@@ -1,125 +1,172 @@
-"""Settings of each command as dataclasses (CLI options map onto them one to one), and the project defaults from
-`[tool.layerprobe]` in pyproject.toml or a layerprobe.toml: CLI flags win, then the project, then the dataclass
-defaults (the one place a default is written)."""
+"""Settings of each command as dataclasses, each field declared once with `setting(...)` (settings.py): its
+default, help, flag, allowed values, and whether it changes the numbers. The CLI options, their precedence
+(CLI > LAYERPROBE_<NAME> > [tool.layerprobe] > default), validation, docs/cli.md and a run's --resume identity
+all come from these declarations. Project defaults live in `[tool.layerprobe]` of pyproject.toml or a
+layerprobe.toml."""
 
 from __future__ import annotations
 
 import difflib
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import ConfigError
+from layerprobe.settings import project_keys, setting
 
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+STACKS = ("language", "vision", "encoder", "decoder")
+QUANTIZE = ("4bit", "8bit")
+PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
+NORM_TYPES = ("rmsnorm", "layernorm")
+PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
+POSITIONS = ("all", "last")
+FORMATS = ("png", "svg", "pdf")
+CURVE_STRATEGIES = ("angular", "bi", "greedy", "last")
+SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
+
+# the options every run folder has: where it goes and how it is drawn, never what it measures
+_OUT = dict(numbers=False, flag="--out")
+_FORMATS = dict(numbers=False, flag="--format", parse="csv", choices=FORMATS,
+                help="Plot formats, comma-separated: png, svg, pdf.")
+_OVERWRITE = dict(numbers=False, help="Replace an existing run folder that layerprobe wrote (default: a new "
+                  "timestamped folder beside it).")
 
 
 @dataclass
 class TrainSettings:
     """AdamW with linear warmup then cosine decay to 10% of the peak, gradient clipping at `clip`."""
 
-    steps: int = 0  # optimizer updates; 0 = measure at initialization only
-    lr: float = 1e-3  # peak learning rate
-    warmup: int | None = None  # linear warmup steps (None: 10% of steps)
-    clip: float = 1.0  # max global gradient norm (0 = no clipping)
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.95)
+    steps: int = setting(0, minimum=0, help="Train N AdamW steps after init, measuring along the way (0: at init only).")
+    lr: float = setting(1e-3, above=0, help="--steps: peak learning rate, linear warmup then cosine to 10%.")
+    warmup: int | None = setting(None, minimum=0, help="--steps: linear warmup steps (default 10% of --steps).")
+    clip: float = setting(1.0, minimum=0, help="--steps: max global gradient norm, 0 = off.")
+    weight_decay: float = setting(0.0, minimum=0, flag="", help="AdamW weight decay.")
+    betas: tuple[float, float] = setting((0.9, 0.95), flag="", help="AdamW betas.")
 
     def __post_init__(self) -> None:
         if self.warmup is None:
             self.warmup = self.steps // 10
 
 
-SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
-
-
 @dataclass
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str = "minilm"  # hub id, local folder, .gguf file, or 'minilm' / 'smollm2' (embedded models)
-    dtype: str = "auto"  # auto = float32 on CPU, bfloat16 on GPU
-    device: str = "auto"  # auto, cpu, cuda, cuda:N
-    revision: str | None = None  # hub branch, tag or commit
-    trust_remote_code: bool = False  # run the checkpoint's own Python code (only if you trust it)
-    layers_path: str | None = None  # dotted path of the block ModuleList, overriding discovery
-    device_map: str | None = None  # accelerate placement over GPUs: auto, balanced, sequential, or JSON module -> device
-    offload: str = "none"  # with device_map: none (GPUs only), cpu (spill to RAM), disk:DIR (and to DIR)
-    gguf_file: str | None = None  # the .gguf file inside a folder or hub repo MODEL
-    cache: bool = True  # keep a GGUF's dequantized weights in the user's cache (off: convert on every load)
-    stack: str | None = None  # which block stack: encoder, decoder (encoder-decoders), language, vision (VLMs)
-    quantize: str | None = None  # load quantized on the fly with bitsandbytes: 4bit or 8bit (CUDA only)
+    model: str = setting("minilm", project=True, flag="", help="Hub id, local folder, .gguf file, or 'minilm' / "
+                         "'smollm2' (embedded models).")
+    dtype: str = setting("auto", project=True, choices=DTYPES,
+                         help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
+    device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind
+                          help="auto, cpu, cuda or cuda:N.")
+    revision: str | None = setting(None, help="Hub branch, tag or commit of MODEL.")
+    trust_remote_code: bool = setting(False, numbers=False, help="Run the checkpoint's own code (only if you trust it).")
+    layers_path: str | None = setting(None, help="Dotted path of the block ModuleList, e.g. model.layers "
+                                      "(default: found by architecture).")
+    device_map: str | None = setting(None, numbers=False, help="Spread the model over the visible GPUs with "
+                                     "accelerate: auto, balanced, sequential, or a JSON object/file of module name -> "
+                                     "device (0, 'cpu', 'disk').")
+    offload: str = setting("none", numbers=False, help="With --device-map: none (GPUs only; too big is an error), cpu "
+                           "(spill to RAM) or disk:FOLDER (and to FOLDER).")
+    gguf_file: str | None = setting(None, help="The .gguf file inside MODEL (a folder or hub repo); MODEL may also be "
+                                    "a .gguf file itself. Dequantized to --dtype.")
+    cache: bool = setting(True, numbers=False, negative=True, help="Keep a GGUF's dequantized weights in the user's "
+                          "cache ($XDG_CACHE_HOME/layerprobe): later loads take seconds.")
+    stack: str | None = setting(None, choices=STACKS, help="Which block stack to measure in a model with several: "
+                                "encoder or decoder (T5, BART), language or vision (LLaVA, Qwen2-VL); default the "
+                                "language model, or the encoder.")
+    quantize: str | None = setting(None, choices=QUANTIZE, help="Load the weights quantized with bitsandbytes: 4bit "
+                                   "or 8bit (CUDA only). Checkpoints saved quantized (bitsandbytes, GPTQ, AWQ) load "
+                                   "as they are.")
 
 
 @dataclass
 class DataOptions:
     """Which tokens to probe with."""
 
-    dataset: str = "c4"  # c4, builtin, hub name[:config][:split], or a .txt/.jsonl/.parquet/save_to_disk path
-    text_field: str = "text"  # column holding the text
-    tokens: int = 262144  # exact number of token positions to process
-    seq_len: int = 1024  # packed sequence length, capped at the model's maximum
-    batch_size: int = 8  # sequences per forward pass
-    seq_len_given: bool = field(default=True, compare=False)  # False: seq_len is the default, capped without a word
+    dataset: str = setting("c4", project=True, help="c4 (hub, streamed), builtin (offline English), hub "
+                           "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder.")
+    text_field: str = setting("text", project=True, help="Column or JSON field holding the text.")
+    tokens: int = setting(262144, project=True, minimum=1, help="Exact number of token positions to process.")
+    seq_len: int = setting(1024, project=True, minimum=1, help="Packed sequence length, capped at the model's maximum.")
+    batch_size: int = setting(8, project=True, minimum=1, help="Sequences per forward pass.")
+    seq_len_given: bool = setting(True, numbers=False, flag="", help="False: seq_len is the default, capped without "
+                                  "a word.")
 
 
 @dataclass
 class AngularConfig:
     """`layerprobe angular`."""
 
-    model: ModelOptions = field(default_factory=ModelOptions)
-    data: DataOptions = field(default_factory=DataOptions)
-    positions: str = "all"  # all tokens, or the last token of each sequence (Gromov et al.)
-    out: str | None = None  # run folder; default reports/<model>/angular
-    overwrite: bool = False  # replace an existing run folder instead of making a timestamped one
-    resume: bool = False  # continue an interrupted pass in --out from its last saved sums
-    save_every: float = 60.0  # seconds between saves of the running sums (the work a kill can lose)
-    lens_tokens: int = 512  # causal LMs: positions for the logit-lens column of layers.csv (0: none)
-    formats: tuple[str, ...] = ("png",)  # plot file formats
-    top: int = 8  # block sizes shown in the terminal table of most prunable blocks
+    model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
+    data: DataOptions = setting(factory=DataOptions, help="Which tokens to probe with.")
+    positions: str = setting("all", choices=POSITIONS, help="all tokens, or the last token of each sequence "
+                             "(Gromov et al.).")
+    out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/angular).")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    resume: bool = setting(False, numbers=False, help="Continue an interrupted pass in --out from its last saved sums.")
+    save_every: float = setting(60.0, numbers=False, minimum=0, help="Seconds between saves of the running sums for "
+                                "--resume (0 saves after every batch).")
+    lens_tokens: int = setting(512, minimum=0, help="Causal LMs: token positions for the logit-lens column of "
+                               "layers.csv (0 skips it).")
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
+    top: int = setting(8, numbers=False, minimum=1, help="Block sizes shown in the terminal table.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-CURVE_STRATEGIES = ("angular", "bi", "greedy", "last")
 
 
 @dataclass
 class CurveSettings:
     """`prune --curve`: for k = 1..max_removed, the k layers each strategy removes, scored on the task."""
 
-    strategies: tuple[str, ...] = CURVE_STRATEGIES
-    max_removed: int | None = None  # largest k (None: max_fraction of the layers)
-    max_fraction: float = 0.5  # largest fraction of the layers removed, when max_removed is not given
-    greedy_metric: str = "kl"  # task-free metric the greedy strategy minimizes on the probe corpus (kl or ppl)
-    keep: float = 0.95  # "within tolerance": score >= keep x baseline (higher-is-better), <= baseline / keep else
+    strategies: tuple[str, ...] = setting(CURVE_STRATEGIES, parse="csv", choices=CURVE_STRATEGIES,
+                                          help="--curve: comma-separated, of angular (best block of k by d(l, k)), bi "
+                                          "(k smallest Block Influence), greedy (SLEB-style, one layer at a time), "
+                                          "last (the last k).")
+    max_removed: int | None = setting(None, minimum=1, help="--curve: largest k (default: --max-fraction of the layers).")
+    max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
+    greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
+                                 "corpus, kl or ppl.")
+    keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
+                          "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
 
 
 @dataclass
 class PruneConfig:
     """`layerprobe prune`."""
 
-    task: str = "ppl"  # lm-eval task/group, squad, or a task-free metric: ppl, kl, drift
-    model: ModelOptions = field(default_factory=ModelOptions)
-    data: DataOptions = field(default_factory=lambda: DataOptions(tokens=65536))  # probe corpus of ppl/kl/drift
-    include_path: str | None = None  # folder of local lm-eval task YAML files
-    mmlu_data: str | None = None  # --task mmlu*: a local MMLU JSON-lines file scored by lm-eval's own MMLU tasks
-    num_fewshot: int | None = None  # lm-eval few-shot examples (task default when None)
-    limit: float | None = None  # lm-eval: first N documents per task (fraction when < 1)
-    layers: str | None = None  # restrict variants to these start layers, e.g. "0,3,8-11"
-    block: int = 1  # remove this many consecutive layers per variant
-    part: str = "block"  # what is removed of each chosen layer: the whole block, or only its attn or mlp sub-layer
-    curve: CurveSettings | None = None  # --curve: removal curves by strategy instead of a one-layer-at-a-time sweep
-    metric: str | None = None  # metric for the summary and plot (default: the task's first)
-    shard: str | None = None  # "K/N": evaluate only the K-th of N disjoint slices of the variants (join with merge)
-    shared_prefix: bool = True  # restart each variant from the stored block input (task-free and lm-eval)
-    max_memory: int | None = None  # lm-eval shared prefix: bytes for a batch's stored activations (None: auto)
-    angular: str | None = None  # angular run folder of the same model, for the Spearman correlation
-    out: str | None = None  # run folder; default reports/<model>/prune-<task>
-    resume: bool = False  # continue an interrupted run in --out
-    overwrite: bool = False  # replace an existing run folder
-    formats: tuple[str, ...] = ("png",)  # plot file formats
+    task: str = setting("ppl", project=True, help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift.")
+    model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
+    data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.")
+    include_path: str | None = setting(None, project=True, help="Folder of local lm-eval task YAML files.")
+    mmlu_data: str | None = setting(None, help="--task mmlu (or a subject or category): read MMLU from this local "
+                                    "JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
+    num_fewshot: int | None = setting(None, project=True, minimum=0, help="lm-eval few-shot examples (task default "
+                                      "if unset).")
+    limit: float | None = setting(None, project=True, above=0, help="lm-eval/squad: first N documents or questions "
+                                  "(a fraction if < 1).")
+    layers: str | None = setting(None, project=True, help="Only these start layers, e.g. 0,3,8-11.")
+    block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
+    part: str = setting("block", choices=PARTS, help="What goes of each removed layer: block (all of it), attn or mlp "
+                        "(only that sub-layer; the residual path stays).")
+    curve: CurveSettings | None = setting(None, help="--curve: removal curves by strategy instead of a "
+                                          "one-layer-at-a-time sweep.")
+    metric: str | None = setting(None, help="Metric for the summary and plot (default: the task's main one).")
+    shard: str | None = setting(None, help="K/N: only the K-th of N disjoint slices of the variants (SLURM arrays, one "
+                                "process per GPU); join the N run folders with `layerprobe merge`.")
+    shared_prefix: bool = setting(True, negative=True, help="Restart each variant from the stored block input "
+                                  "(ppl/kl/drift and lm-eval loglikelihood tasks); --no-shared-prefix scores each "
+                                  "variant on its own.")
+    max_memory: int | None = setting(None, numbers=False, parse="size", help="lm-eval shared prefix: memory for a "
+                                     "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
+                                     "quarter of RAM).")
+    angular: str | None = setting(None, flag="--angular", help="Angular run of the same model, for the correlation.")
+    out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/prune-<task>).")
+    resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out.")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -129,19 +176,24 @@ class PruneConfig:
 class ExportConfig:
     """`layerprobe export`."""
 
-    model: ModelOptions = field(default_factory=ModelOptions)  # model.model None: the curve run's model
-    remove: str | None = None  # 0-based block ids, ranges inclusive: "20-27", "3,7,9-11"
-    part: str = "block"  # block, or attn / mlp: their output projections zeroed (the model keeps its size)
-    from_curve: str | None = None  # a `prune --curve` run folder: export one strategy's choice
-    strategy: str = "angular"  # --from-curve: which strategy's layers
-    k: int | None = None  # --from-curve: how many layers (default: the strategy's largest k within tolerance)
-    out: str = "exported"  # the checkpoint folder
-    overwrite: bool = False
-    verify: bool = True  # reload the export with plain transformers and compare outputs before finishing
-    tolerance: float | None = None  # largest output difference the verify accepts (None: 1e-4 fp32, 2e-2 else)
-    timing_batch: int = 1  # the batch the time per token is measured on (random ids, seed 0)
-    timing_seq_len: int = 128
-    timing_repeats: int = 5  # forwards per model, median taken
+    model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's model).")
+    remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
+                                 "27; 3,7,9-11.")
+    part: str = setting("block", choices=PARTS, help="block: the blocks go; attn or mlp: that sub-layer's output "
+                        "projection is zeroed (same size, same outputs as prune --part).")
+    from_curve: str | None = setting(None, help="A `prune --curve` run folder: export a strategy's choice.")
+    strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
+    k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
+                            "within tolerance).")
+    out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint.")
+    overwrite: bool = setting(False, numbers=False, help="Replace an --out folder that an earlier export wrote.")
+    verify: bool = setting(True, numbers=False, negative=True, help="Reload the export with plain transformers and "
+                           "compare its outputs with the pruned model before finishing.")
+    tolerance: float | None = setting(None, above=0, flag="", help="Largest output difference the verify accepts "
+                                      "(None: 1e-4 fp32, 2e-2 else).")
+    timing_batch: int = setting(1, minimum=1, flag="", help="The batch the time per token is measured on.")
+    timing_seq_len: int = setting(128, minimum=1, flag="", help="The sequence length the time per token is measured on.")
+    timing_repeats: int = setting(5, minimum=1, flag="", help="Forwards per model, median taken.")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -151,24 +203,32 @@ class ExportConfig:
 class GradnormConfig:
     """`layerprobe gradnorm`."""
 
-    model: ModelOptions | None = None  # a checkpoint instead of the in-house family
-    arch: str = "llama-71m"  # in-house size (Mix-LN Table 7) when no model is given; about a minute on 2 CPU cores
-    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
-    alpha: float = 0.25  # Mix-LN: fraction of Post-LN layers
-    norm_type: str = "rmsnorm"  # rmsnorm or layernorm
-    tokenizer: str | None = None  # tokenizer for the in-house models (default: the embedded MiniLM's)
-    seeds: int = 2  # initializations per placement (the paper-scale run: --arch llama-130m --seeds 3 --batch-size 8)
-    batches: int = 2  # batches per initialization
-    reinit: bool = False  # with a model: re-initialize it from its config
-    device: str = "auto"  # where the in-house models are built
-    dtype: str = "auto"  # parameter dtype: auto = float32 on CPU, bfloat16 on GPU
-    train: TrainSettings = field(default_factory=TrainSettings)  # --steps N: AdamW updates after init
-    record_steps: str | None = None  # steps to measure at, e.g. "0,100,500" (default: 0, quarters, end)
-    data: DataOptions = field(default_factory=lambda: DataOptions(seq_len=256, batch_size=4, tokens=0))
-    out: str | None = None  # run folder; default reports/<arch or model>/gradnorm
-    overwrite: bool = False
-    resume: bool = False  # continue an interrupted run in --out: finished (placement, seed) jobs are kept
-    formats: tuple[str, ...] = ("png",)
+    model: ModelOptions | None = setting(None, help="A checkpoint instead of the in-house family.")
+    arch: str = setting("llama-71m", help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b "
+                        "(Mix-LN Table 7).")
+    norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
+                                     help="Placements, comma-separated: pre, post, mix, lns, deepnorm, sandwich.")
+    alpha: float = setting(0.25, flag="--mix-alpha", aliases=("--alpha",), minimum=0, maximum=1,
+                           help="Mix-LN: fraction of Post-LN layers, in [0, 1].")
+    norm_type: str = setting("rmsnorm", choices=NORM_TYPES, help="rmsnorm or layernorm.")
+    tokenizer: str | None = setting(None, help="Tokenizer for the in-house models (default: the embedded MiniLM's).")
+    seeds: int = setting(2, minimum=1, help="Initializations per placement (the paper-scale run: --arch llama-130m "
+                         "--seeds 3 --batch-size 8).")
+    batches: int = setting(2, minimum=1, help="Batches per initialization.")
+    reinit: bool = setting(False, help="Re-initialize MODEL from its config.")
+    device: str = setting("auto", project=True, numbers=False, help="auto, cpu, cuda or cuda:N.")
+    dtype: str = setting("auto", project=True, choices=DTYPES, help="Parameter dtype: auto (float32 on CPU, bfloat16 "
+                         "on GPU), float32, bfloat16.")
+    train: TrainSettings = setting(factory=TrainSettings, help="--steps N: AdamW updates after init.")
+    record_steps: str | None = setting(None, help="Steps to measure at, e.g. 0,100,500 (default: 0, each quarter, "
+                                       "the end).")
+    data: DataOptions = setting(factory=lambda: DataOptions(seq_len=256, batch_size=4, tokens=0),
+                                help="The training and measuring batches.")
+    out: str | None = setting(None, **_OUT, help="Run folder (default reports/<arch or model>/gradnorm).")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out: finished (placement, "
+                           "seed) jobs are kept.")
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -178,16 +238,19 @@ class GradnormConfig:
 class ToyConfig:
     """`layerprobe toy`."""
 
-    norms: tuple[str, ...] = ("pre", "post", "mix", "lns")  # placements to compare
-    depth: int = 100  # residual blocks
-    width: int = 256  # hidden size (FC1 and FC2 are width x width)
-    alphas: tuple[float, ...] = (1.0,)  # scale of FC2: the update's size against the input
-    samples: int = 4096  # Gaussian inputs
-    seed: int = 0
-    mix_alpha: float = 0.25  # Mix-LN: fraction of Post-LN blocks
-    out: str | None = None  # run folder; default reports/toy
-    overwrite: bool = False
-    formats: tuple[str, ...] = ("png",)
+    norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
+                                     help="Placements, comma-separated: pre, post, mix, lns, deepnorm, sandwich.")
+    depth: int = setting(100, minimum=1, help="Residual blocks.")
+    width: int = setting(256, minimum=1, help="Hidden size (FC1 and FC2 are width x width).")
+    alphas: tuple[float, ...] = setting((1.0,), flag="--branch-scale", aliases=("--alpha",), parse="floats",
+                                        help="alpha, the scale of FC2 (each block's update against its input), or "
+                                        "several: 0.5,1,2; toy.csv's alpha column.")
+    samples: int = setting(4096, minimum=2, help="i.i.d. Gaussian inputs.")
+    seed: int = setting(0, help="Seed of weights and inputs.")
+    mix_alpha: float = setting(0.25, minimum=0, maximum=1, help="Mix-LN: fraction of Post-LN blocks, in [0, 1].")
+    out: str | None = setting(None, **_OUT, help="Run folder (default reports/toy).")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,11 +258,10 @@ class ToyConfig:
 
 # ---- project defaults ---------------------------------------------------------------------------------------
 
-KEYS = {
-    "model": str, "dataset": str, "text_field": str, "tokens": int, "seq_len": int, "batch_size": int,
-    "task": str, "tasks": list, "out": str, "include_path": str, "num_fewshot": int, "limit": (int, float),
-    "block": int, "layers": str, "dtype": str, "device": str, "tolerance": dict,
-}
+# [tool.layerprobe] keys: every setting marked project=True, plus those of whole runs (out: the parent of every
+# command's run folder; tasks: a list whose first is the task; tolerance: compare's table)
+KEYS: dict[str, Any] = {**project_keys(PruneConfig, GradnormConfig), "tasks": list, "out": str, "tolerance": dict}
+KEYS["limit"] = (int, float)
 
 
 def _read(path: Path) -> dict:
@@ -208,6 +270,8 @@ def _read(path: Path) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"'{path}' is not valid TOML ({exc}): fix the file.") from None
+    except OSError as exc:
+        raise ConfigError(f"'{path}' cannot be read ({exc.strerror}): fix its permissions or remove it.") from None
 
 
 def find_project_config(start: Path | None = None) -> tuple[dict[str, Any], Path | None]:
@@ -217,15 +281,20 @@ def find_project_config(start: Path | None = None) -> tuple[dict[str, Any], Path
         own = candidate / "layerprobe.toml"
         if own.is_file():
             data = _read(own)
-            return _check(data.get("tool", {}).get("layerprobe", data), own), own
+            tool = data.get("tool", {})
+            section = tool.get("layerprobe", data) if isinstance(tool, dict) else data
+            return _check(section, own), own
         pyproject = candidate / "pyproject.toml"
         if pyproject.is_file():
-            section = _read(pyproject).get("tool", {}).get("layerprobe")
-            return (_check(section, pyproject), pyproject) if section else ({}, None)
+            tool = _read(pyproject).get("tool", {})
+            section = tool.get("layerprobe") if isinstance(tool, dict) else None
+            return (_check(section, pyproject), pyproject) if section is not None else ({}, None)
     return {}, None
 
 
-def _check(data: dict, path: Path) -> dict:
+def _check(data: Any, path: Path) -> dict:
+    if not isinstance(data, dict):
+        raise ConfigError(f"[tool.layerprobe] in {path} is not a table: write it as a [tool.layerprobe] section.")
     for key, value in data.items():
         if key not in KEYS:
             close = difflib.get_close_matches(key, KEYS, n=1)
@@ -236,18 +305,3 @@ def _check(data: dict, path: Path) -> dict:
     if "tasks" in data and "task" not in data and data["tasks"]:
         data = {**data, "task": data["tasks"][0]}
     return data
-
-
-# Environment variables that set a project default for every command (after CLI flags, before [tool.layerprobe])
-ENVIRONMENT = {"dataset": "LAYERPROBE_DATASET"}
-
-
-def pick(cli_value: Any, project: dict, key: str, default: Any) -> Any:
-    """CLI value if given, else the environment's (ENVIRONMENT), else the project config's, else the default."""
-    import os
-
-    if cli_value is not None:
-        return cli_value
-    if key in ENVIRONMENT and os.environ.get(ENVIRONMENT[key]):
-        return os.environ[ENVIRONMENT[key]]
-    return project.get(key, default)

@@ -71,10 +71,14 @@ class BlockCapture:
         num = len(self.stack.blocks)
         self.states = [None] * (num + 1)
         self.calls = [None] * num
-        for index, block in enumerate(self.stack.blocks):
-            self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
-        last = self.stack.blocks[num - 1]
-        self._handles.append(last.register_forward_hook(self._post_hook(num)))
+        try:  # a registration that fails part-way leaves no hook behind
+            for index, block in enumerate(self.stack.blocks):
+                self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+            last = self.stack.blocks[num - 1]
+            self._handles.append(last.register_forward_hook(self._post_hook(num)))
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -119,9 +123,13 @@ class GradientCapture:
     def __enter__(self) -> GradientCapture:
         num = len(self.stack.blocks)
         self.inputs, self.outputs = [None] * num, [None] * num
-        for index, block in enumerate(self.stack.blocks):
-            self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
-            self._handles.append(block.register_forward_hook(self._post_hook(index)))
+        try:  # a registration that fails part-way leaves no hook behind
+            for index, block in enumerate(self.stack.blocks):
+                self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+                self._handles.append(block.register_forward_hook(self._post_hook(index)))
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

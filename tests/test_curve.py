@@ -141,11 +141,11 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--strategies", "angular,best"], "Unknown --strategies best"),
+    (["--strategies", "angular,best"], "Unknown --strategies 'best'"),
     (["--max-removed", "4"], "--max-removed 4"),
-    (["--max-fraction", "1.5"], "--max-fraction 1.5"),
-    (["--greedy-metric", "drift"], "--greedy-metric drift"),
-    (["--keep", "0"], "--keep 0"),
+    (["--max-fraction", "1.5"], "--max-fraction must be within (0, 1], got 1.5"),
+    (["--greedy-metric", "drift"], "Unknown --greedy-metric 'drift'"),
+    (["--keep", "0"], "--keep must be within (0, 1], got 0"),
     (["--block", "2"], "drop --shard, --layers and --block"),
 ])
 def test_bad_curve_settings(args, needle, model_dirs, tmp_path):

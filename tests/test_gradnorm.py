@@ -315,7 +315,8 @@ def test_interrupted_run_resumes_with_only_the_unfinished_jobs(tmp_path):
     assert [c[1] for c in calls] == [0, 2, 4, 5, 6, 7, 8]  # two jobs read back at once, then pass by pass
     pd.testing.assert_frame_equal(resumed.table, whole.table, check_exact=True)
     assert not (tmp_path / "cut" / "jobs").exists()  # finished: nothing left to resume
-    with pytest.raises(RunError, match="no unfinished run"):
+    with pytest.raises(RunError, match="holds a finished gradnorm run: nothing to resume"):
         run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True))
+    assert not (tmp_path / "cut" / ".layerprobe.lock").exists()  # the refusal changed nothing
     with pytest.raises(RunError, match="does not exist"):
         run_gradnorm(settings(out=str(tmp_path / "never"), resume=True))

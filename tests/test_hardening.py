@@ -12,6 +12,8 @@ import sys
 
 import pandas as pd
 import pytest
+
+from layerprobe.errors import RunError
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
@@ -82,7 +84,7 @@ def test_weights_changed_at_the_same_path_refuse_a_resume(tokenizer, tmp_path):
     base = ["prune", folder, "--task", "kl", *TINY, "--out", tmp_path / "run"]
     assert invoke(*base).exit_code == 0
     saved_llama(folder, tokenizer, scale=2.0)
-    assert_error(invoke(*base, "--resume"), "different settings (weights)")
+    assert_error(invoke(*base, "--resume"), "different settings (weights:")
 
 
 def test_a_cut_off_row_is_dropped_and_redone(tmp_path):
@@ -182,7 +184,10 @@ def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_fil
                                       check_exact=True)
     assert not (tmp_path / "cut" / "pass.safetensors").exists() and not (tmp_path / "cut" / LOCK).exists()
     assert_error(invoke("angular", model_dirs["llama"], "--dataset", corpus_file, "--out", tmp_path / "cut",
-                        "--resume"), "holds no unfinished angular pass")
+                        "--resume"), "different settings")
+    with pytest.raises(RunError, match="holds a finished angular run: nothing to resume"):
+        run_angular(config(tmp_path / "cut", resume=True))
+    assert not (tmp_path / "cut" / LOCK).exists()  # a refused --resume leaves the finished run as it was
 
 
 @pytest.fixture

@@ -26,8 +26,12 @@ def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
     no_head = runner.invoke(app, ["prune", str(minilm_dir), "--task", "squad", "--dataset", str(missing),
                                   "--out", str(tmp_path / "r")])
     assert_error(no_head, "was saved as BertModel (no QA head)")
-    both = runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"])
-    assert_error(both, "3 problems: (1) --tokens must be a positive integer")
+    # an impossible option value is refused first, by the settings' own check; then every run problem at once
+    assert_error(runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"]),
+                 "--tokens must be positive, got 0")
+    both = runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "64",
+                               "--seq-len", "100000"])
+    assert_error(both, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id")
     assert not (tmp_path / "r").exists()
 
 

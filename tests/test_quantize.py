@@ -35,7 +35,7 @@ def test_quantize_on_cpu_is_one_line(model_dirs, tmp_path):
         assert_error(result, "--quantize 4bit needs a CUDA GPU")
     result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--quantize", "3bit", "--device", "cpu", *DATA,
                                  "--out", str(tmp_path / "three")])
-    assert_error(result, "Unknown --quantize '3bit': use 4bit or 8bit")
+    assert_error(result, "Unknown --quantize '3bit': use 4bit, 8bit")
 
 
 @pytest.mark.skipif(all(importlib.util.find_spec(n) for n in ("optimum", "gptqmodel")), reason="GPTQ installed")

@@ -130,9 +130,17 @@ def _clock(seconds: int) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def given(value: Any, default: Any) -> Any:
-    """A CLI option left unset (None) takes the settings dataclass's default: the one place defaults are written."""
-    return default if value is None else value
+def resolve_settings(cls: type, given: dict, base: Any = None, out_name: str | None = None) -> tuple[Any, dict]:
+    """The command's settings from what the user gave (settings.resolve: CLI > LAYERPROBE_<NAME> >
+    [tool.layerprobe] > default); a project `out` is the parent of the run folder `out_name`. Returns (settings,
+    {dotted name: where its value came from})."""
+    from layerprobe.config import find_project_config
+    from layerprobe.settings import resolve
+
+    project, path = call(find_project_config)
+    if given.get("out") is None and out_name and "out" in project:
+        given = {**given, "out": f"{project['out']}/{out_name}"}
+    return call(resolve, cls, given, project, base, project_file=path)
 
 
 def show_warnings(warnings: list[str]) -> None:

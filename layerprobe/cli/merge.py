@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import typer
 
-from layerprobe.cli import options as o
+from layerprobe.cli.options import option
+from layerprobe.config import PruneConfig
 from layerprobe.cli.common import call, parse_formats
 
 
 def merge(
     runs: list[str] = typer.Argument(..., help="The run folders of every `layerprobe prune --shard K/N` of one sweep."),
     out_dir: str = typer.Option(None, "--out", help="Merged run folder (default: the shards' name without -shard-K-of-N)."),
-    overwrite: bool = o.Overwrite,
-    formats: str = o.Formats,
+    overwrite: bool = option(PruneConfig, "overwrite", False),
+    formats: str = option(PruneConfig, "formats", "png"),
 ) -> None:
     """Join sharded pruning sweeps; refuses shards that disagree on model, task, settings or baseline."""
     from layerprobe.cli.prune import show_prune

@@ -1,30 +1,133 @@
-"""Typer option declarations reused by several commands (one definition, one help text)."""
+"""Every command's options, built from the settings' own declarations (config.py, settings.Mark): one help text,
+one flag, one default per setting, shared by every command that has it; docs/cli.md is the same text."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from dataclasses import MISSING
+from typing import Any, Callable, Optional
+
 import typer
 
-Device = typer.Option("auto", "--device", show_default=False, help="auto (default), cpu, cuda or cuda:N.")
-Revision = typer.Option(None, "--revision", help="Hub branch, tag or commit of MODEL.")
-TrustRemoteCode = typer.Option(False, "--trust-remote-code", help="Run the checkpoint's own code (only if you trust it).")
-LayersPath = typer.Option(None, "--layers-path", help="Dotted path of the block ModuleList, e.g. model.layers.")
-Stack = typer.Option(None, "--stack", help="Which block stack to measure in a model with several: encoder or decoder "
-                     "(T5, BART), language or vision (LLaVA, Qwen2-VL); default the language model, or the encoder.")
-Quantize = typer.Option(None, "--quantize", help="Load the weights quantized with bitsandbytes: 4bit or 8bit (CUDA "
-                        "only). Checkpoints saved quantized (bitsandbytes, GPTQ, AWQ) load as they are.")
-Dataset = typer.Option(
-    "c4", "--dataset", help="c4 (hub, streamed), builtin (offline English), hub name[:config][:split], or a "
-    ".txt/.jsonl/.parquet file or save_to_disk folder."
-)
-TextField = typer.Option("text", "--text-field", show_default=False, help="Column or JSON field holding the text (default text).")
-BatchSize = typer.Option(8, "--batch-size", help="Sequences per forward pass.")
-Overwrite = typer.Option(False, "--overwrite", help="Replace an existing run folder (default: new timestamped folder).")
-Formats = typer.Option("png", "--format", show_default=False, help="Plot formats, comma-separated: png (default), svg, pdf.")
-DeviceMap = typer.Option(None, "--device-map", help="Spread the model over the visible GPUs with accelerate: auto, "
-                         "balanced, sequential, or a JSON object/file of module name -> device (0, 'cpu', 'disk').")
-Offload = typer.Option("none", "--offload", show_default=False, help="With --device-map: none (default: GPUs only; too big is an error), cpu (spill "
-                       "to RAM) or disk:FOLDER (and to FOLDER).")
-GGUFFile = typer.Option(None, "--gguf-file", help="The .gguf file inside MODEL (a folder or hub repo); MODEL may also "
-                        "be a .gguf file itself. Dequantized to --dtype.")
-Cache = typer.Option(True, "--cache/--no-cache", show_default=False, help="Keep a GGUF's dequantized weights in the user's cache "
-                     "($XDG_CACHE_HOME/layerprobe): later loads take seconds (default --cache).")
+from layerprobe.errors import LayerprobeError
+from layerprobe.settings import _base_type, flag_of, mark_of, parse_text, walk
+
+
+def _default_text(value: Any) -> str | None:
+    if value is None or value is False or value == ():
+        return None
+    if value is True:
+        return "on"
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _lookup(base: Any, path: str) -> Any:
+    for name in path.split("."):
+        base = getattr(base, name, None) if base is not None else None
+    return base
+
+
+def options_of(cls: type, base: Any = None, skip: tuple[str, ...] = (), helps: dict[str, str] | None = None,
+               required: tuple[str, ...] = ()) -> list[tuple[inspect.Parameter, str, Any, Any, list[str]]]:
+    """(Typer parameter, dotted path, field, owning class, hidden alias parameter names) for every setting of `cls`
+    that has a flag; `base` holds this command's defaults (shown in the help); `skip` drops dotted paths."""
+    base = base if base is not None else cls()
+    found = []
+    for path, f, owner in walk(cls):
+        mark = mark_of(f)
+        if mark is None or mark.flag == "" or path in skip or any(path.startswith(s + ".") for s in skip):
+            continue
+        if f.default is MISSING and f.default_factory is MISSING or _is_group(owner, f.name):
+            continue
+        kind = _base_type(owner, f.name)
+        text_kind = kind in (tuple, list) or mark.parse is not None
+        annotation = Optional[str] if text_kind else Optional[kind]
+        flag = flag_of(f)
+        names = f"{flag}/--no-{flag[2:]}" if mark.negative else flag
+        help_text = (helps or {}).get(path, mark.help)
+        shown = _default_text(_lookup(base, path))
+        if shown is not None and path not in required and "default" not in help_text:
+            help_text = f"{help_text} (default {shown})"
+        name = path.replace(".", "__")
+        default = ... if path in required else None
+        option = typer.Option(default, names, help=help_text, show_default=False)
+        params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)]
+        aliases = []
+        for i, alias in enumerate(mark.aliases):
+            aliases.append(f"{name}__alias{i}")
+            params.append(inspect.Parameter(aliases[-1], inspect.Parameter.KEYWORD_ONLY,
+                                            default=typer.Option(None, alias, hidden=True), annotation=annotation))
+        found.append((params, path, f, owner, aliases))
+    return found
+
+
+def _is_group(owner: type, name: str) -> bool:
+    from layerprobe.settings import group_of
+
+    return group_of(owner, name) is not None
+
+
+def with_settings(cls: type, base: Any = None, skip: tuple[str, ...] = (), helps: dict[str, str] | None = None,
+                  required: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a Typer command the options of every setting of `cls` (nested groups included); the command receives
+    what the user gave as `given`, nested like the settings ({"model": {"dtype": ...}, "task": ...}; None = not
+    given), ready for settings.resolve."""
+    table = options_of(cls, base, skip, helps, required)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        own = [p for p in inspect.signature(command).parameters.values() if p.name != "given"]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            given: dict[str, Any] = {}
+            for params, path, f, owner, aliases in table:
+                value = kwargs.pop(params[0].name, None)
+                for alias in aliases:
+                    other = kwargs.pop(alias, None)
+                    value = other if value is None else value
+                if isinstance(value, str) and (_base_type(owner, f.name) in (tuple, list) or mark_of(f).parse):
+                    try:
+                        value = parse_text(owner, f, value, flag_of(f))
+                    except LayerprobeError as exc:
+                        from layerprobe.cli.common import fail
+
+                        raise fail(str(exc)) from None
+                _nest(given, path, value)
+            return command(**kwargs, given=given)
+
+        generated = [p for params, *_ in table for p in params]
+        hints = {k: v for k, v in typing.get_type_hints(command).items() if k not in ("given", "return")}
+        run.__signature__ = inspect.Signature(own + generated)  # type: ignore[attr-defined]
+        run.__annotations__ = hints | {p.name: p.annotation for p in generated}
+        del run.__wrapped__  # Typer reads __signature__, not the command's own
+        return run
+
+    return decorate
+
+
+def _nest(into: dict, path: str, value: Any) -> None:
+    *groups, name = path.split(".")
+    for group in groups:
+        into = into.setdefault(group, {})
+    into[name] = value
+
+
+def given_any(given: dict, group: str) -> list[str]:
+    """The dotted names given in a nested group (for 'this option needs that one' checks)."""
+    inner = given.get(group) or {}
+    return [f"{group}.{k}" for k, v in inner.items() if v is not None and v is not False]
+
+
+def option(cls: type, name: str, default: Any = None) -> Any:
+    """One setting's Typer option, for a command that takes it without the rest of `cls` (merge's --format)."""
+    from dataclasses import fields
+
+    f = next(f for f in fields(cls) if f.name == name)
+    mark = mark_of(f)
+    flag = flag_of(f)
+    return typer.Option(default, f"{flag}/--no-{flag[2:]}" if mark.negative else flag, help=mark.help,
+                        show_default=False)

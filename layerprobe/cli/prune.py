@@ -2,109 +2,51 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 from rich.table import Table
 
-from layerprobe.cli import options as o
-from layerprobe.cli.common import call, out, parse_formats, parse_size, progress_bar, show_warnings
-from layerprobe.config import CURVE_STRATEGIES, SQUAD_DATASET, CurveSettings, DataOptions, ModelOptions, PruneConfig
+from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
+from layerprobe.cli.options import given_any, with_settings
+from layerprobe.config import SQUAD_DATASET, CurveSettings, PruneConfig
 
 
+@with_settings(PruneConfig, base=PruneConfig(curve=CurveSettings()), skip=("task", "out"), helps={
+    "data.dataset": "ppl/kl/drift: probe corpus (as in angular; default c4). squad: SQuAD .json/.jsonl or hub id "
+                    "(default rajpurkar/squad).",
+    "data.tokens": "ppl/kl/drift: token positions (default 65536)."})
 def prune(
     model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' or 'smollm2' (embedded); default from [tool.layerprobe]."),
     task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
-    include_path: str = typer.Option(None, "--include-path", help="Folder of local lm-eval task YAML files."),
-    mmlu_data: str = typer.Option(None, "--mmlu-data", help="--task mmlu (or a subject or category): read MMLU "
-                                  "from this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline)."),
-    num_fewshot: int = typer.Option(None, "--num-fewshot", help="lm-eval few-shot examples (task default if unset)."),
-    limit: float = typer.Option(None, "--limit", help="lm-eval/squad: first N documents or questions (a fraction if < 1)."),
-    layers: str = typer.Option(None, "--layers", help="Only these start layers, e.g. 0,3,8-11."),
-    block: int = typer.Option(None, "--block", help="Remove N consecutive layers per variant (default 1)."),
-    part: str = typer.Option("block", "--part", show_default=False, help="What goes of each removed layer: block (all of it; default), attn or mlp "
-                             "(only that sub-layer; the residual path stays)."),
     curve: bool = typer.Option(False, "--curve", help="Removal curves: for k = 1..K, the k layers each strategy picks, "
                                "scored on --task -> curve.csv, curve.png."),
-    strategies: str = typer.Option(",".join(CURVE_STRATEGIES), "--strategies", show_default=False, help="--curve: comma-separated (default all four), of "
-                                   "angular (best block of k by d(l, k)), bi (k smallest Block Influence), greedy "
-                                   "(SLEB-style, one layer at a time), last (the last k)."),
-    max_removed: int = typer.Option(None, "--max-removed", help="--curve: largest k (default: --max-fraction of the layers)."),
-    max_fraction: float = typer.Option(None, "--max-fraction", help="--curve: largest fraction of the layers removed (default 0.5)."),
-    greedy_metric: str = typer.Option(None, "--greedy-metric", help="--curve: what greedy minimizes on the probe corpus, kl (default) or ppl."),
-    keep: float = typer.Option(None, "--keep", help="--curve: a k is within tolerance when the score keeps this share of "
-                               "the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep) (default 0.95)."),
-    shard: str = typer.Option(None, "--shard", help="K/N: only the K-th of N disjoint slices of the variants (SLURM "
-                              "arrays, one process per GPU); join the N run folders with `layerprobe merge`."),
-    metric: str = typer.Option(None, "--metric", help="Metric for the summary and plot (default: the task's main one)."),
-    shared_prefix: bool = typer.Option(True, "--shared-prefix/--no-shared-prefix", show_default=False,
-                                       help="Restart each variant from the stored block input (ppl/kl/drift and lm-eval "
-                                       "loglikelihood tasks; default); --no-shared-prefix scores each variant on its own."),
-    max_memory: str = typer.Option(None, "--max-memory", help="lm-eval shared prefix: memory for a batch's stored "
-                                   "block inputs, e.g. 8GiB (default: half the free GPU memory, a quarter of RAM)."),
-    angular_dir: str = typer.Option(None, "--angular", help="Angular run of the same model, for the correlation."),
-    dataset: str = typer.Option(None, "--dataset", help="ppl/kl/drift: probe corpus (as in angular; default c4). "
-                                "squad: SQuAD .json/.jsonl or hub id (default rajpurkar/squad)."),
-    text_field: str = o.TextField,
-    tokens: int = typer.Option(None, "--tokens", help="ppl/kl/drift: token positions (default 65536)."),
-    seq_len: int = typer.Option(None, "--seq-len", help="Packed sequence length (default 1024, capped)."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Sequences per forward (default 8)."),
-    dtype: str = typer.Option(None, "--dtype", help="auto, float32, bfloat16, float16."),
-    device: str = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:N."),
-    revision: str = o.Revision,
-    trust_remote_code: bool = o.TrustRemoteCode,
-    layers_path: str = o.LayersPath,
-    stack: str = o.Stack,
-    quantize: str = o.Quantize,
-    device_map: str = o.DeviceMap,
-    offload: str = o.Offload,
-    gguf_file: str = o.GGUFFile,
-    cache: bool = o.Cache,
     out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>)."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out."),
-    overwrite: bool = o.Overwrite,
-    formats: str = o.Formats,
+    given: dict | None = None,
 ) -> None:
     """Performance drop dP(l) = P_pruned(l) - P_original of removing each layer (or block of n)."""
     from layerprobe.cli.common import fail
-    from layerprobe.evaluation.variants import shard_suffix
-    from layerprobe.config import find_project_config, pick
     from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import find_project_config
+    from layerprobe.evaluation.variants import shard_suffix
 
     project, _ = call(find_project_config)
-    task = pick(task, project, "task", None)
+    task = task or os.environ.get("LAYERPROBE_TASK") or project.get("task")
     if task is None:
         raise fail("No --task given: pass one (mmlu, arc_easy, ppl, kl, drift, squad, ...) or set task in [tool.layerprobe].")
-    d, c = PruneConfig(), CurveSettings()  # the defaults
-    config = PruneConfig(
-        task=task,
-        model=ModelOptions(pick(model, project, "model", d.model.model), pick(dtype, project, "dtype", d.model.dtype),
-                           pick(device, project, "device", d.model.device), revision, trust_remote_code, layers_path,
-                           device_map, offload, gguf_file, cache, stack, quantize),
-        data=DataOptions(dataset or (SQUAD_DATASET if task == "squad" else pick(None, project, "dataset", d.data.dataset)),
-                         text_field, pick(tokens, project, "tokens", d.data.tokens),
-                         pick(seq_len, project, "seq_len", d.data.seq_len),
-                         pick(batch_size, project, "batch_size", d.data.batch_size),
-                         seq_len_given=seq_len is not None or "seq_len" in project),
-        include_path=pick(include_path, project, "include_path", d.include_path),
-        mmlu_data=mmlu_data,
-        num_fewshot=pick(num_fewshot, project, "num_fewshot", d.num_fewshot),
-        limit=pick(limit, project, "limit", d.limit),
-        layers=pick(layers, project, "layers", d.layers),
-        block=pick(block, project, "block", d.block),
-        part=part,
-        curve=CurveSettings(tuple(s.strip() for s in strategies.split(",") if s.strip()), max_removed,
-                            c.max_fraction if max_fraction is None else max_fraction,
-                            greedy_metric or c.greedy_metric, c.keep if keep is None else keep) if curve else None,
-        metric=metric,
-        shard=shard,
-        shared_prefix=shared_prefix,
-        max_memory=parse_size(max_memory) if max_memory else None,
-        angular=angular_dir,
-        out=out_dir or (f"{project['out']}/{'curve' if curve else 'prune'}-{task}{'' if part == 'block' else '-' + part}"
-                        f"{call(shard_suffix, shard)}" if "out" in project else None),
-        resume=resume,
-        overwrite=overwrite,
-        formats=parse_formats(formats),
-    )
+    curve_given = given_any(given, "curve")
+    if curve_given and not curve:
+        raise fail(f"{', '.join('--' + k.split('.')[1].replace('_', '-') for k in curve_given)} shape a removal "
+                   "curve: add --curve, or drop them.")
+    part = given.get("part") or "block"
+    shard = call(shard_suffix, given.get("shard"))
+    name = f"{'curve' if curve else 'prune'}-{task}{'' if part == 'block' else '-' + part}{shard}"
+    given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None}
+    given["model"]["model"] = model
+    if task == "squad" and given["data"]["dataset"] is None:
+        given["data"]["dataset"] = SQUAD_DATASET
+    config, sources = resolve_settings(PruneConfig, given, out_name=name)
+    config.data.seq_len_given = "data.seq_len" in sources
     if curve:
         from layerprobe.commands.prune.curve import run_curve
 

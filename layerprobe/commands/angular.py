@@ -23,8 +23,8 @@ from layerprobe.models.load import peek_model_type
 from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, model_label, prepare_run_dir, slug
-from layerprobe.runs.resume import PassCheckpoint
+from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug
+from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 
@@ -176,7 +176,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if config.resume:
         if world.size > 1:
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")
-        check_resumable(Path(out), "angular")
+        check_resume(Path(out), "angular", config)
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume) if world.main else None
     corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
@@ -190,16 +190,10 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         lens = False
     checkpoint = None
     if world.size == 1:
-        identity = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "seq_len_given"} | {
-            "positions": config.positions, "model": config.model.model, "dtype": probe.loaded.dtype,
-            "device_kind": probe.device.split(":")[0], "weights": probe.loaded.fingerprint(), "seq_len": probe.seq_len,
-            "lens_tokens": config.lens_tokens if lens else 0, "sums": 2, **probe.identity()}  # sums 2: with BI
+        identity = probe.identity(config) | {"resolved.lens_tokens": config.lens_tokens if lens else 0, "sums": 2}
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
-            checkpoint.clear()
-        elif not checkpoint.path.is_file():
-            raise RunError(f"--resume: '{folder}' holds no unfinished angular pass (no {PassCheckpoint.FILE}): run "
-                           "without --resume, with --overwrite to reuse the folder.")
+            checkpoint.clear()  # a --resume without a saved pass (killed before its first save) starts afresh
     return measure_into(folder, config, probe, progress, checkpoint, lens, world, started, clock)
 
 

@@ -36,11 +36,16 @@ class Probe:
     def device(self) -> str:
         return self.loaded.device
 
-    def identity(self) -> dict:
-        """What a --resume must match beyond the command's settings, only where it is not the plain case (older
-        runs resume as before): the block stack of a model with several, and quantized weights."""
-        facts = {"stack": self.stack_name(), "quantization": self.loaded.quantization}
-        return {k: v for k, v in facts.items() if v is not None}
+    def identity(self, config: Any) -> dict:
+        """What a --resume must match: every setting of `config` marked as changing the numbers (settings.identity),
+        and what they resolved to on this machine (dtype, device kind, sequence length, the weights' fingerprint,
+        the block stack of a model with several, quantized weights)."""
+        from layerprobe.settings import identity
+
+        loaded = self.loaded
+        resolved = {"dtype": loaded.dtype, "device_kind": loaded.device.split(":")[0], "seq_len": self.seq_len,
+                    "weights": loaded.fingerprint(), "stack": self.stack_name(), "quantization": loaded.quantization}
+        return identity(config) | {f"resolved.{k}": v for k, v in resolved.items()}
 
     def stack_name(self) -> str | None:
         """encoder, decoder, language or vision in a model with several stacks; None in a model with one."""

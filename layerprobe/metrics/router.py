@@ -61,8 +61,12 @@ class RouterAccumulator:
         return bool(self.routers)
 
     def __enter__(self) -> RouterAccumulator:
-        for index, (module, at) in self.routers.items():
-            self._handles.append(module.register_forward_hook(self._hook(index, at)))
+        try:  # a registration that fails part-way leaves no hook behind
+            for index, (module, at) in self.routers.items():
+                self._handles.append(module.register_forward_hook(self._hook(index, at)))
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -248,8 +248,11 @@ def read_json(path: Path) -> Any:
 
 
 def check_same_settings(folder: Path, saved: dict, identity: dict) -> None:
-    """--resume: the settings saved in a run folder must be this run's; name the ones that differ."""
+    """--resume: the settings saved in a run folder must be this run's; name the ones that differ, with both values."""
     if saved != identity:
-        diff = ", ".join(k for k in sorted(set(identity) | set(saved)) if saved.get(k) != identity.get(k))
-        raise RunError(f"--resume: '{folder}' was started with different settings ({diff}): use a new --out, "
+        differ = [k for k in sorted(set(identity) | set(saved)) if saved.get(k) != identity.get(k)]
+        shown = "; ".join(f"{k.removeprefix('resolved.')}: {saved.get(k)!r} then, {identity.get(k)!r} now"
+                          for k in differ[:3])
+        more = f"; and {len(differ) - 3} more" if len(differ) > 3 else ""
+        raise RunError(f"--resume: '{folder}' was started with different settings ({shown}{more}): use a new --out, "
                        "or the same settings.")

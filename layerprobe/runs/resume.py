@@ -12,9 +12,46 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError
-from layerprobe.runs.folder import atomic_write_bytes, check_same_settings, read_json, write_csv, write_json
+from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_resumable, check_same_settings, read_json,
+                                    write_csv, write_json)
 
 IDENTITY = "identity.json"
+RESOLVED = "resolved."  # identity keys of what the settings resolved to on the machine (known once the model loads)
+
+
+def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool = False) -> None:
+    """--resume, checked before the folder or the model is touched: the folder holds this command's run, started
+    with the same settings (every setting marked as changing the numbers, settings.identity). A finished run is
+    refused unless `finished_resumes` (a sweep: resuming it rewrites the outputs a fresh run would). A folder
+    with no saved work (killed before its first save) resumes from the start."""
+    from layerprobe.settings import identity
+
+    if not folder.is_dir():
+        return  # prepare_run_dir names the missing folder
+    check_resumable(folder, command)
+    now = identity(config)
+    manifest = folder / "manifest.json"
+    finished = manifest.is_file() and not (folder / LOCK).is_file()
+    saved = (identity(type(config), saved=read_json(manifest).get("config") or {}) if manifest.is_file()
+             else _stored_identity(folder))
+    if saved is not None:
+        saved = {k: v for k, v in saved.items() if not k.startswith(RESOLVED) and k != "sums"}
+        check_same_settings(folder, saved, now)
+    if finished and not finished_resumes:
+        raise RunError(f"--resume: '{folder}' holds a finished {command} run: nothing to resume. Run without "
+                       "--resume (a new folder), or with --overwrite to replace it.")
+
+
+def _stored_identity(folder: Path) -> dict | None:
+    """The identity an unfinished run saved with its work (state.json, jobs/identity.json, pass.safetensors)."""
+    state, jobs, sums = folder / "state.json", folder / "jobs" / IDENTITY, folder / PassCheckpoint.FILE
+    if state.is_file():
+        return read_json(state).get("identity")
+    if jobs.is_file():
+        return read_json(jobs)
+    if sums.is_file():
+        return PassCheckpoint.saved_identity(sums)
+    return None
 
 
 def as_saved(identity: dict) -> dict:
@@ -74,10 +111,7 @@ class JobStore:
         if not owner:
             return
         saved_file = self.dir / IDENTITY
-        if resume:
-            if not saved_file.is_file():
-                raise RunError(f"--resume: '{folder}' holds no unfinished run (no jobs/{IDENTITY}): run without "
-                               "--resume, with --overwrite to reuse the folder.")
+        if resume and saved_file.is_file():
             check_same_settings(folder, read_json(saved_file), identity)
             return
         self.clear()  # --overwrite of an older run: its jobs are not this run's
@@ -116,6 +150,17 @@ class PassCheckpoint:
         self.path, self.identity, self.every = folder / self.FILE, as_saved(identity), every
         self.clock = time.monotonic
         self.saved_at = self.clock()
+
+    @staticmethod
+    def saved_identity(path: Path) -> dict:
+        """The settings a saved pass was started with, from the file's header alone."""
+        try:
+            with open(path, "rb") as handle:
+                size = int.from_bytes(handle.read(8), "little")
+                header = json.loads(handle.read(size))
+            return json.loads(header["__metadata__"]["identity"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise RunError(f"'{path}' is unreadable ({exc}): run again without --resume.") from None
 
     def load(self) -> tuple[dict, dict] | None:
         """(tensors, counters) of the last save, or None when there is none."""

@@ -11,6 +11,7 @@ from typing import Any
 from layerprobe.commands.gradnorm.measure import measure_gradients
 from layerprobe.commands.gradnorm.outputs import GradnormRun, aggregate, write_gradnorm_outputs
 from layerprobe.config import GradnormConfig
+from layerprobe.settings import identity as settings_identity
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
 from layerprobe.distributed import World, current_world
@@ -22,9 +23,9 @@ from layerprobe.models.load import embedded_model_dir, load_model, locate, peek_
 from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
-from layerprobe.runs.resume import JobStore
+from layerprobe.runs.resume import JobStore, check_resume
 
 
 def record_steps(spec: str | None, steps: int) -> list[int]:
@@ -233,20 +234,21 @@ def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> tuple[lis
     return rows, losses
 
 
+def _out(config: GradnormConfig) -> str:
+    return config.out or str(Path("reports") / slug(config.model.model if config.model else config.arch) / "gradnorm")
+
+
 def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> JobStore:
     """The run folder exists from here on: each finished job is saved in <out>/jobs/, so --resume after a crash or
     Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs."""
-    out = config.out or str(Path("reports") / slug(subjects.name) / "gradnorm")
-    identity = {k: v for k, v in config.to_dict().items() if k not in ("out", "overwrite", "resume", "formats")}
-    identity["data"] = {k: v for k, v in identity["data"].items() if k != "seq_len_given"}  # how, not what
+    out = _out(config)
     loaded = subjects.cases[0][1]
-    identity |= {"resolved_dtype": subjects.dtype, "device_kind": str(subjects.device).split(":")[0],
-                 "weights": loaded.fingerprint() if loaded is not None else None}
+    identity = settings_identity(config) | {
+        "resolved.dtype": subjects.dtype, "resolved.device_kind": str(subjects.device).split(":")[0],
+        "resolved.weights": loaded.fingerprint() if loaded is not None else None}
     store = None
     folder = None
     if world.main:
-        if config.resume:
-            check_resumable(Path(out), "gradnorm")
         folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
         store = JobStore(folder, identity, config.resume)
     folder = Path(world.gather(str(folder) if world.main else None)[0])
@@ -262,6 +264,8 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     progress = progress if world.main else silent
     world.refuse_device_map(config.model.device_map if config.model else None)
     steps = _validate(config)
+    if config.resume and world.main:  # before the folder or the model is touched
+        check_resume(Path(_out(config)), "gradnorm", config)
     corpus = open_corpus(config.data.dataset, config.data.text_field)
     subjects = _inhouse(config, world) if config.model is None else _checkpoint(config, world)
 

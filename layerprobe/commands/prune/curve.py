@@ -26,10 +26,10 @@ from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, scor
 from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, model_label, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
-from layerprobe.runs.resume import Ledger
+from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
 
 CURVE_COLUMNS = ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta", "within"]
@@ -214,23 +214,17 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
+    part = "" if config.part == "block" else f"-{config.part}"
+    out = config.out or str(Path("reports") / slug(config.model.model) / f"curve-{slug(config.task)}{part}")
+    if config.resume:  # before the folder or the model is touched
+        check_resume(Path(out), "curve", config, finished_resumes=True)
     task, probe = open_sweep(config, need_corpus=bool({"greedy", "angular", "bi"} & set(settings.strategies)))
     warnings = probe.warnings + task.check(probe)
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
-    part = "" if config.part == "block" else f"-{config.part}"
-    out = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"curve-{slug(config.task)}{part}")
-    if config.resume:
-        check_resumable(Path(out), "curve")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     facts = probe.facts()
-    identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "part": config.part,
-                "curve": dataclasses.asdict(settings), "k_max": k_max, "num_fewshot": config.num_fewshot,
-                "limit": config.limit, "dataset": config.data.dataset, "text_field": config.data.text_field,
-                "tokens": config.data.tokens, "seq_len": probe.seq_len, "batch_size": config.data.batch_size,
-                "dtype": probe.loaded.dtype, "device_kind": probe.loaded.device.split(":")[0],
-                "revision": config.model.revision, "weights": facts["weights"], "shared_prefix": config.shared_prefix,
-                "angular": config.angular, **probe.identity()}
+    identity = probe.identity(config) | {"resolved.k_max": k_max}
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
     job = SweepJob(config, probe, [], ledger, progress, warnings)
     with torch.inference_mode():

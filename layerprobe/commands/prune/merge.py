@@ -11,11 +11,8 @@ from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.errors import ConfigError, RunError
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.read import load_run
+from layerprobe.settings import identity
 
-# settings that change the numbers: shards that differ in any of them are not slices of one sweep
-SAME_CONFIG = ("task", "mmlu_data", "include_path", "num_fewshot", "limit", "layers", "block", "metric")
-SAME_MODEL = ("model", "dtype", "revision", "layers_path")
-SAME_DATA = ("dataset", "text_field", "tokens", "seq_len")
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
 COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
             "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard"}
@@ -23,10 +20,9 @@ BASELINE_RTOL = 1e-9
 
 
 def _settings(run: Any) -> dict:
-    config = run.manifest.get("config", {})
-    model, data = config.get("model") or {}, config.get("data") or {}
-    return ({k: config.get(k) for k in SAME_CONFIG} | {f"model.{k}": model.get(k) for k in SAME_MODEL}
-            | {f"data.{k}": data.get(k) for k in SAME_DATA} | {"weights": run.summary.get("weights")})
+    """The settings that change the numbers (settings.identity, read from the manifest), but the slice."""
+    return identity(PruneConfig, saved=run.manifest.get("config", {}), skip=("shard",)) | {
+        "weights": run.summary.get("weights")}
 
 
 def _check_slices(runs: list) -> int:
@@ -59,7 +55,7 @@ def _check_same_sweep(runs: list) -> None:
     first, reference = runs[0], _settings(runs[0])
     for run in runs[1:]:
         theirs = _settings(run)
-        differ = [k for k in reference if theirs[k] != reference[k]]
+        differ = [k for k in reference if theirs.get(k) != reference[k]]
         if differ:
             key = differ[0]
             raise RunError(f"'{run.folder}' and '{first.folder}' disagree on {', '.join(differ)} ({key}: "

@@ -14,9 +14,9 @@ from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
 from layerprobe.evaluation.variants import PARTS, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_resumable, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
-from layerprobe.runs.resume import Ledger
+from layerprobe.runs.resume import Ledger, check_resume
 
 
 def _shard_for(config: PruneConfig, world: World) -> tuple[PruneConfig, tuple[int, int] | None]:
@@ -44,6 +44,11 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
+    part = "" if config.part == "block" else f"-{config.part}"
+    base = config.out or str(Path("reports") / slug(config.model.model) / f"prune-{slug(config.task)}{part}")
+    out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
+    if config.resume:  # before the folder or the model is touched
+        check_resume(Path(out), "prune", config, finished_resumes=True)
     task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
@@ -52,21 +57,11 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if shard:
         variants = shard_of(variants, *shard)
 
-    part = "" if config.part == "block" else f"-{config.part}"
-    base = config.out or str(Path("reports") / slug(probe.loaded.spec) / f"prune-{slug(config.task)}{part}")
-    out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
-    if config.resume:
-        check_resumable(Path(out), "prune")
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     facts = probe.facts()
-    # every setting that changes a number: a --resume with any other value is refused, never mixed in
-    identity = {"task": config.task, "mmlu_data": config.mmlu_data, "model": probe.loaded.spec, "block": config.block,
-                "layers": config.layers, "num_fewshot": config.num_fewshot, "limit": config.limit,
-                "dataset": config.data.dataset, "text_field": config.data.text_field, "tokens": config.data.tokens,
-                "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "dtype": probe.loaded.dtype,
-                "device_kind": probe.loaded.device.split(":")[0], "revision": config.model.revision,
-                "weights": facts["weights"], "shared_prefix": config.shared_prefix, "shard": config.shard,
-                **({"part": config.part} if config.part != "block" else {}), **probe.identity()}  # older runs resume
+    # every setting that changes a number (settings.identity) and what it resolved to: a --resume with any other
+    # value is refused, never mixed in
+    identity = probe.identity(config)
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():
         higher = task.run(job)

@@ -1,0 +1,285 @@
+"""How a setting declares itself, once: each field of a settings dataclass (config.py) is a `setting(...)` whose
+Mark carries its help, its flag, its allowed values or range, whether it changes the numbers, and whether
+[tool.layerprobe] and the environment may set it. Everything else reads the marks:
+
+- `resolve(cls, given, project)`: CLI > environment (LAYERPROBE_<NAME>) > [tool.layerprobe] > default, then
+  `validate`, whose errors say where a bad value came from;
+- `identity(config)`: the settings a --resume must match and `merge` compares, derived, never listed;
+- cli/options.py builds every command's Typer options from the same marks, and docs/cli.md is `--help`.
+
+A new setting is one `setting(...)` line: its option, its precedence, its check and its place in the run's identity
+follow from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from typing import Any, Callable
+
+from layerprobe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What a settings field says about itself."""
+
+    help: str  # one sentence for --help, docs/cli.md and the dataclass reader
+    numbers: bool = True  # changes a number in the outputs: part of the run's identity (--resume, merge)
+    flag: str | None = None  # CLI flag; default '--' + the field name with dashes; '' = no CLI option
+    aliases: tuple[str, ...] = ()  # old flag names, hidden, kept for existing scripts
+    negative: bool = False  # a --x/--no-x pair for a bool
+    choices: tuple[str, ...] | None = None  # allowed values (each value, for a tuple field)
+    minimum: float | None = None  # inclusive bounds
+    maximum: float | None = None
+    above: float | None = None  # exclusive lower bound
+    project: bool = False  # settable from [tool.layerprobe] (by the field's name) and LAYERPROBE_<NAME>
+    parse: str | None = None  # how CLI text becomes the value: 'csv' (tuple of str), 'floats', 'size' (bytes)
+
+
+def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
+    """A dataclass field with its Mark (see Mark for the keywords)."""
+    return field(default=default, default_factory=factory, metadata={"mark": Mark(**mark)})
+
+
+def mark_of(f: dataclasses.Field) -> Mark | None:
+    return f.metadata.get("mark")
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    mark = mark_of(f)
+    if mark is not None and mark.flag is not None:
+        return mark.flag
+    return "--" + f.name.replace("_", "-")
+
+
+def group_of(cls: type, name: str) -> type | None:
+    """The settings dataclass a field of `cls` holds (ModelOptions for `model`), or None for a plain value."""
+    hint = typing.get_type_hints(cls)[name]
+    for candidate in (hint, *typing.get_args(hint)):
+        if is_dataclass(candidate):
+            return candidate
+    return None
+
+
+def walk(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, type]]:
+    """(dotted path, field, owning class) of every plain field of cls and its nested groups, in declaration order."""
+    found = []
+    for f in fields(cls):
+        group = group_of(cls, f.name)
+        if group is not None:
+            found.append((prefix + f.name, f, cls))
+            found.extend(walk(group, f"{prefix}{f.name}."))
+        else:
+            found.append((prefix + f.name, f, cls))
+    return found
+
+
+# ---- run identity ------------------------------------------------------------------------------------------------
+
+
+def _plain(value: Any) -> Any:
+    """As the value reads back from JSON (tuples become lists), so a saved identity compares exactly."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def identity(config: Any, saved: Mapping | None = None, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """{dotted name: value} of every setting marked as changing the numbers, from a settings object or from its
+    dict as a manifest saved it (`saved`, read with the marks of type `config`). A nested group left None (no
+    --curve, gradnorm without a checkpoint) is one key with the value None."""
+    cls = config if isinstance(config, type) else type(config)
+    values = dataclasses.asdict(config) if saved is None else dict(saved)
+    return {k: v for k, v in _identity(cls, values, "").items() if k not in skip}
+
+
+def _identity(cls: type, values: Mapping, prefix: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for f in fields(cls):
+        mark = mark_of(f)
+        if mark is None or not mark.numbers:
+            continue
+        value = values.get(f.name, f.default if f.default is not MISSING else None)
+        group = group_of(cls, f.name)
+        if group is not None and isinstance(value, Mapping):
+            found |= _identity(group, value, f"{prefix}{f.name}.")
+        else:
+            found[prefix + f.name] = _plain(value)
+    return found
+
+
+# ---- resolve: CLI > environment > project > default -------------------------------------------------------------
+
+
+def env_name(name: str) -> str:
+    return "LAYERPROBE_" + name.upper()
+
+
+def project_keys(*classes: type) -> dict[str, type]:
+    """[tool.layerprobe] keys the settings allow, by name, with the plain type a value must have."""
+    keys: dict[str, type] = {}
+    for cls in classes:
+        for _, f, owner in walk(cls):
+            mark = mark_of(f)
+            if mark is not None and mark.project:
+                keys[f.name] = _base_type(owner, f.name)
+    return keys
+
+
+def _base_type(cls: type, name: str) -> type:
+    hint = typing.get_type_hints(cls)[name]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is tuple:
+        return tuple
+    return args[0] if args and typing.get_origin(hint) is not tuple else hint
+
+
+def parse_text(cls: type, f: dataclasses.Field, text: str, where: str) -> Any:
+    """A value written as text (an environment variable, a CLI list) as the field's type; a bad one is one line."""
+    mark = mark_of(f)
+    kind = _base_type(cls, f.name)
+    try:
+        if mark is not None and mark.parse == "size":
+            return parse_size(text)
+        if mark is not None and mark.parse == "floats":
+            return tuple(float(v) for v in text.split(",") if v.strip())
+        if kind is tuple or (mark is not None and mark.parse == "csv"):
+            return tuple(v.strip() for v in text.split(",") if v.strip())
+        if kind is bool:
+            if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("1", "true", "yes")
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        return text
+    except ValueError:
+        raise ConfigError(f"{where} '{text}' is not a valid {_describe_kind(kind, mark)}: {_fix(f)}.") from None
+
+
+def _describe_kind(kind: type, mark: Mark | None) -> str:
+    if mark is not None and mark.parse == "size":
+        return "size (e.g. 8GiB, 500MB or a number of bytes)"
+    if mark is not None and mark.parse == "floats":
+        return "list of numbers (e.g. 0.5,1,2)"
+    return {int: "whole number", float: "number", bool: "true/false"}.get(kind, "value")
+
+
+def parse_size(text: str) -> int:
+    """'8GiB', '500MB', '2g' or a plain number of bytes -> bytes."""
+    import re
+
+    units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+             "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in units or float(match.group(1)) <= 0:
+        raise ValueError(text)
+    return int(float(match.group(1)) * units[match.group(2).lower()])
+
+
+def resolve(cls: type, given: Mapping, project: Mapping | None = None, base: Any = None,
+            environ: Mapping[str, str] | None = None, project_file: Any = None) -> tuple[Any, dict[str, str]]:
+    """Build `cls` from what the user gave: per field, the CLI value (`given`, nested by group; None = not given),
+    else LAYERPROBE_<NAME>, else [tool.layerprobe], else `base`'s value (the dataclass default). Returns the validated
+    settings and {dotted name: where its value came from} for every value not taken from the default."""
+    environ = os.environ if environ is None else environ
+    sources: dict[str, str] = {}
+    where = f"[tool.layerprobe] in {project_file}" if project_file else "[tool.layerprobe]"
+    config = _resolve(cls, given, project or {}, base if base is not None else cls(), environ, where, "", sources)
+    validate(config, sources)
+    return config, sources
+
+
+def _resolve(cls: type, given: Mapping, project: Mapping, base: Any, environ: Mapping[str, str], where: str,
+             prefix: str, sources: dict[str, str]) -> Any:
+    values = {}
+    for f in fields(cls):
+        if not f.init:
+            continue
+        path, mark, default = prefix + f.name, mark_of(f), getattr(base, f.name)
+        group = group_of(cls, f.name)
+        value = given.get(f.name)
+        if group is not None and not is_dataclass(value):
+            if isinstance(value, Mapping):
+                inner = default if default is not None else group()
+                values[f.name] = _resolve(group, value, project, inner, environ, where, path + ".", sources)
+            else:
+                values[f.name] = default
+            continue
+        if value is not None:
+            sources[path] = f"the command line ({flag_of(f)})"
+        elif mark is not None and mark.project and environ.get(env_name(f.name)):
+            name = env_name(f.name)
+            value = parse_text(cls, f, environ[name], f"Environment variable {name}")
+            sources[path] = f"the environment ({name})"
+        elif mark is not None and mark.project and f.name in project:
+            value = project[f.name]
+            value = tuple(value) if isinstance(value, list) else value
+            sources[path] = where
+        else:
+            value = default
+        values[f.name] = value
+    return cls(**values)
+
+
+# ---- validate ------------------------------------------------------------------------------------------------------
+
+
+def _bounds(mark: Mark) -> str:
+    """The allowed range in words: 'positive', '0 or more', 'within [0, 1]', 'at least 2'."""
+    low = mark.minimum if mark.minimum is not None else mark.above
+    if mark.maximum is not None and low is not None:
+        return f"within {'(' if mark.above is not None else '['}{low:g}, {mark.maximum:g}]"
+    if mark.above == 0 or mark.minimum == 1:
+        return "positive"
+    if mark.minimum == 0:
+        return "0 or more"
+    if mark.above is not None:
+        return f"above {mark.above:g}"
+    return f"at least {mark.minimum:g}" if mark.minimum is not None else f"at most {mark.maximum:g}"
+
+
+def _fix(f: dataclasses.Field) -> str:
+    mark = mark_of(f)
+    if mark is not None and mark.choices:
+        return "use " + ", ".join(mark.choices)
+    if mark is not None and (mark.minimum, mark.maximum, mark.above) != (None, None, None):
+        bounds = _bounds(mark)
+        return {"positive": "pass a positive value", "0 or more": "pass 0 or more"}.get(bounds, f"pass a value {bounds}")
+    return "fix the value"
+
+
+def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str = "", every: bool = False) -> None:
+    """Every value the user gave (those in `sources`, or all with `every`) within its Mark's choices and range; an
+    error names the option, where the value came from (when not the command line) and the fix, with a
+    did-you-mean for a misspelt name."""
+    sources = sources or {}
+    for f in fields(config):
+        value, mark, path = getattr(config, f.name), mark_of(f), prefix + f.name
+        if is_dataclass(value):
+            validate(value, sources, path + ".", every)
+            continue
+        if mark is None or value is None or not (every or path in sources):
+            continue
+        origin = sources.get(path, "")
+        said = f" (from {origin})" if origin and not origin.startswith("the command line") else ""
+        label = flag_of(f) if mark.flag != "" else f.name
+        if mark.choices:
+            for item in value if isinstance(value, (tuple, list)) else (value,):
+                if item not in mark.choices:
+                    close = difflib.get_close_matches(str(item), mark.choices, n=1)
+                    hint = f" Did you mean: {close[0]}?" if close else ""
+                    raise ConfigError(f"Unknown {label} '{item}'{said}: use {', '.join(mark.choices)}.{hint}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            low_ok = (mark.minimum is None or value >= mark.minimum) and (mark.above is None or value > mark.above)
+            if not low_ok or (mark.maximum is not None and value > mark.maximum) or value != value:
+                kind = "a positive number" if _bounds(mark) == "positive" and isinstance(value, float) else _bounds(mark)
+                raise ConfigError(f"{label} must be {kind}, got {value:g}{said}.")
