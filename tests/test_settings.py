@@ -267,3 +267,11 @@ def test_include_path_resume_is_refused_from_the_cli(tmp_path, model_dirs):
     assert "include_path" in result.output and "Traceback" not in result.output
     assert json.loads((out / "summary.json").read_text()) == summary
     assert not (out / ".layerprobe.lock").exists()
+
+
+def test_docs_reference_is_the_help():
+    """docs/cli.md is --help, rendered from the declarations: regenerate it with `python -m layerprobe.cli.docs`."""
+    from layerprobe.cli.docs import render_reference
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+    assert page.read_text() == render_reference(), "docs/cli.md is stale: python -m layerprobe.cli.docs > docs/cli.md"

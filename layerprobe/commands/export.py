@@ -19,10 +19,10 @@ from layerprobe.config import ExportConfig
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
 from layerprobe.evaluation.variants import PARTS, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
-from layerprobe.models.load import load_model
+from layerprobe.models.load import load_model, locate
 from layerprobe.models.surgery import check_indices, removed, removed_layers
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text, read_json
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text, claimed, read_json
 
 REMOVAL_FILE = "layerprobe-removal.json"
 CONVENTION = ("block ids are 0-based; a range a-b in --remove includes both ends; mergekit's layer_range [a, b) "
@@ -203,8 +203,6 @@ def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str
 def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
     always a whole export."""
-    import torch
-
     spec, remove, part = config.model.model, config.remove, config.part
     if config.from_curve:
         curve_model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
@@ -213,9 +211,46 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
-    out = Path(config.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not config.overwrite:
-        raise RunError(f"--out '{out}' exists and is not empty: pass another folder, or --overwrite.")
+    out = guard_out(config.out, locate(spec, config.model.gguf_file)[1], config.overwrite)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with claimed(out.with_name(f".{out.name}.layerprobe.lock"), f"--out '{config.out}'"):
+        guard_out(config.out, None, config.overwrite)  # another export may have finished there meanwhile
+        return _export(config, spec, remove, part, out, progress)
+
+
+def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
+    """--out, resolved, checked before anything is loaded or written: never a symbolic link, the working directory
+    or a parent of it, the source model or a folder holding it; an existing non-empty folder only with --overwrite,
+    and only when an earlier export wrote it (its layerprobe-removal.json)."""
+    given = Path(out_arg).expanduser()
+    if given.is_symlink():
+        raise RunError(f"--out '{out_arg}' is a symbolic link (to '{given.resolve()}'): pass the real folder.")
+    out, cwd = given.resolve(), Path.cwd().resolve()
+    if out == cwd or out in cwd.parents:
+        raise RunError(f"--out '{out_arg}' is the working directory or holds it: pass a new folder for the export.")
+    if source is not None:
+        held = source.resolve()
+        if out == held or out in held.parents:
+            raise RunError(f"--out '{out_arg}' is the source model ('{held}') or holds it: pass a new folder; the "
+                           "source is never replaced.")
+    if out.exists() and not out.is_dir():
+        raise RunError(f"--out '{out_arg}' is a file: pass a folder path.")
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise RunError(f"--out '{out_arg}' exists and is not empty: pass another folder, or --overwrite to "
+                           "replace an earlier export.")
+        if not (out / REMOVAL_FILE).is_file():
+            raise RunError(f"--out '{out_arg}' holds files layerprobe did not write (no {REMOVAL_FILE}): "
+                           "--overwrite only replaces an earlier export; pass another folder.")
+    return out
+
+
+def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
+    """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
+    import os
+
+    import torch
+
     progress("export", 0, 4)
     loaded = load_model(spec, head=_head(spec, config), dtype=config.model.dtype, device=config.model.device,
                         revision=config.model.revision, trust_remote_code=config.model.trust_remote_code,
@@ -230,7 +265,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     progress("export", 1, 4)
     gain = measure_gain(model, stack, ids, batch, config.timing_repeats) if part == "block" else None
     head_class = type(model).__name__
-    partial = out.with_name(f".{out.name}.partial")
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")  # this process's own: never another's
     shutil.rmtree(partial, ignore_errors=True)
     try:
         zeroed: list[str] = []
@@ -264,9 +299,13 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         for file in partial.iterdir():  # as open() would create them: the user's umask, not a temp file's 0600
             file.chmod(FILE_MODE)
         progress("export", 3, 4)
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        partial.rename(out)
+        if out.exists():  # an earlier export (guard_out checked its record): swapped out by rename, then removed
+            old = out.with_name(f".{out.name}.old-{os.getpid()}")
+            out.rename(old)
+            partial.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            partial.rename(out)
     except BaseException as exc:
         shutil.rmtree(partial, ignore_errors=True)
         # save_pretrained on a full or read-only disk: an OSError, or safetensors' own error for the weights

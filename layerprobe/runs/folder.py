@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import io
 import json
@@ -11,7 +12,7 @@ import re
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from layerprobe.errors import RunError, first_line
 
@@ -67,9 +68,29 @@ def _owner(lock: Path) -> str | None:
 
 def _claim(path: Path) -> bool:
     """Take the folder's lock atomically (O_EXCL); a stale lock is taken over. False: a live process holds it."""
+    if take_lock(path / LOCK):
+        _held.add(path)
+        return True
+    return False
+
+
+@contextlib.contextmanager
+def claimed(lock: Path, what: str) -> Iterator[None]:
+    """One writer at a time for `what` (an export's --out), by a lock file beside it; a live holder is a one-line
+    error, a stale lock (its process killed) is taken over; released on exit."""
+    if not take_lock(lock):
+        raise RunError(f"{what} is being written by another layerprobe process ({_owner(lock)}): wait for it, or "
+                       "pass another --out.")
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def take_lock(lock: Path) -> bool:
+    """Create `lock` holding 'pid@host' atomically (O_EXCL); a stale one is taken over. False: a live process holds it."""
     import socket
 
-    lock = path / LOCK
     for _ in range(2):
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
@@ -81,7 +102,6 @@ def _claim(path: Path) -> bool:
             continue
         with os.fdopen(fd, "w") as handle:
             handle.write(f"{os.getpid()}@{socket.gethostname()}\n")
-        _held.add(path)
         return True
     return False
 

@@ -1,0 +1,98 @@
+"""export never deletes what it did not make: the source, its parents, the working directory, foreign folders; one
+writer per --out (two exports at once never both claim it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import assert_error
+
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+
+runner = CliRunner()
+
+
+def export(model, out, *extra):
+    return runner.invoke(app, ["export", str(model), "--remove", "1", "--out", str(out), "--device", "cpu",
+                               "--dtype", "float32", *map(str, extra)])
+
+
+def listing(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.stat().st_size for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def source(model_dirs, tmp_path):
+    """A copy of a tiny model inside a parent folder that also holds an unrelated file."""
+    import shutil
+
+    parent = tmp_path / "parent"
+    shutil.copytree(model_dirs["llama"], parent / "model")
+    (parent / "notes.txt").write_text("mine")
+    return parent / "model"
+
+
+@pytest.mark.parametrize("where", ["source", "parent", "dotdot", "cwd"])
+def test_overwrite_never_replaces_the_source_its_parents_or_the_working_directory(source, where, monkeypatch):
+    parent = source.parent
+    monkeypatch.chdir(parent)
+    out = {"source": source, "parent": parent, "dotdot": source / "inner" / ".." , "cwd": Path(".")}[where]
+    before = listing(parent)
+    result = export(source, out, "--overwrite")
+    assert_error(result, "--out")
+    assert "source" in result.output or "working directory" in result.output
+    assert listing(parent) == before
+
+
+def test_overwrite_replaces_only_an_earlier_export(source, tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "data.bin").write_bytes(b"x" * 10)
+    assert_error(export(source, foreign, "--overwrite"), "layerprobe did not write")
+    assert listing(foreign) == {"data.bin": 10}
+    done = tmp_path / "done"
+    assert export(source, done).exit_code == 0
+    first = json.loads((done / "layerprobe-removal.json").read_text())
+    assert export(source, done, "--overwrite").exit_code == 0
+    assert json.loads((done / "layerprobe-removal.json").read_text())["removed"] == first["removed"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".done")]  # no partial, old or lock left
+
+
+def test_symlinked_out_is_refused_by_name(source, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert_error(export(source, tmp_path / "link"), "is a symbolic link")
+
+
+def test_two_exports_into_one_out_never_mix(source, tmp_path):
+    """Two processes export different removals into one --out: one wins whole, the other is refused or waits out
+    its turn; the folder holds one export's config and weights, never a mix."""
+    out = tmp_path / "shared"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    commands = [[sys.executable, "-m", "layerprobe", "export", str(source), "--remove", remove, "--out", str(out),
+                 "--device", "cpu", "--dtype", "float32", "--no-verify"] for remove in ("0", "2-3")]
+    runs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c in commands]
+    codes = [r.wait(timeout=300) for r in runs]
+    outputs = [r.stdout.read().decode() for r in runs]
+    assert 0 in codes, outputs
+    for code, text in zip(codes, outputs):
+        assert code in (0, 2), text
+        assert "Traceback" not in text
+        if code == 2:
+            assert "being written by another layerprobe process" in text or "exists and is not empty" in text, text
+    removal = json.loads((out / "layerprobe-removal.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    from safetensors import safe_open
+
+    with safe_open(str(out / "model.safetensors"), "pt") as weights:
+        blocks = {int(k.split(".")[2]) for k in weights.keys() if k.startswith("model.layers.")}
+    assert config["num_hidden_layers"] == len(blocks) == 4 - len(removal["removed"])
