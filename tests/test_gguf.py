@@ -165,3 +165,36 @@ def test_unsupported_gguf_architecture(cache, tmp_path):
     writer.write_tensors_to_file()
     writer.close()
     assert_error(invoke("angular", path, *COMMON), "architecture frobnicator")
+
+
+def test_a_cache_folder_is_verified_before_it_is_trusted(cache, tmp_path, monkeypatch):
+    """Altered weights, another GGUF's record, a damaged record or an unusable cache root: one line naming the
+    cache folder and how to clear it; never measured under the GGUF's name."""
+    import json
+
+    source = gguf_module.read_header(smollm2_gguf())
+    folder = gguf_module.cached_folder(source)
+    other = tmp_path / "xdg"
+    shutil.copytree(folder, other / "layerprobe" / "gguf" / folder.name)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(other))
+    copy = other / "layerprobe" / "gguf" / folder.name
+    args = ("angular", "smollm2", *COMMON, "--lens-tokens", 0, "--out", tmp_path / "run")
+    weights = copy / "model.safetensors"
+    original = weights.read_bytes()
+    with open(weights, "r+b") as handle:
+        handle.seek(len(original) // 2)
+        handle.write(b"\x01\x02\x03\x04")
+    result = invoke(*args)
+    assert_error(result, "differs from what layerprobe wrote")
+    assert f"rm -r '{copy}'" in " ".join(result.output.split())
+    weights.write_bytes(original)
+    record = json.loads((copy / gguf_module.INFO_FILE).read_text())
+    (copy / gguf_module.INFO_FILE).write_text(json.dumps({**record, "sha256": "0" * 64}))
+    assert_error(invoke(*args), "holds the conversion of another file")
+    (copy / gguf_module.INFO_FILE).write_text("{not json")
+    assert_error(invoke(*args), "unreadable layerprobe-gguf.json")
+    assert not (tmp_path / "run").exists()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    assert_error(invoke(*args), "set XDG_CACHE_HOME to a writable folder")

@@ -73,7 +73,7 @@ def read_header(path: Path) -> GGUFSource:
     sha256 = file_sha256(path)
     info = cache_root() / sha256[:24] / INFO_FILE
     if info.is_file():
-        known = json.loads(info.read_text())
+        known = _read_info(info.parent)
         return GGUFSource(path, sha256, known["architecture"], known["quantization"])
     try:
         import gguf
@@ -123,7 +123,10 @@ def _convert(source: GGUFSource, target: Path) -> None:
              if name == kept or tensor.data_ptr() != embedding.data_ptr()}
     save_file(state, str(target / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(target)
-    (target / INFO_FILE).write_text(json.dumps(source.facts("float32"), indent=2) + "\n")
+    # what was written, by digest: a later load verifies it, so altered or replaced weights are never measured
+    # under this GGUF's name
+    files = {p.name: file_sha256(p) for p in sorted(target.iterdir()) if p.is_file()}
+    (target / INFO_FILE).write_text(json.dumps({**source.facts("float32"), "files": files}, indent=2) + "\n")
 
 
 def unsupported(source: GGUFSource, exc: BaseException) -> ModelLoadError:
@@ -136,9 +139,14 @@ def cached_folder(source: GGUFSource) -> Path:
     """The converted folder of `source`, converting it first when the cache has none."""
     root = cache_root()
     final = root / source.sha256[:24]
-    if (final / INFO_FILE).is_file():
+    if final.exists():
+        verify_cached(final, source)
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ModelLoadError(f"The GGUF cache '{root}' cannot be created ({exc.strerror}): set XDG_CACHE_HOME to a "
+                             "writable folder, or pass --no-cache.") from None
     scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))  # invisible until renamed
     try:
         _convert(source, scratch)
@@ -150,6 +158,39 @@ def cached_folder(source: GGUFSource) -> Path:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return final
+
+
+def _damaged(folder: Path, why: str) -> ModelLoadError:
+    return ModelLoadError(f"The GGUF cache folder '{folder}' {why}: delete it (rm -r '{folder}') and run again to "
+                          "convert the GGUF afresh, or pass --no-cache.")
+
+
+def _read_info(folder: Path) -> dict:
+    try:
+        info = json.loads((folder / INFO_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise _damaged(folder, f"has an unreadable {INFO_FILE} ({first_line(exc)})") from None
+    if not isinstance(info, dict) or not {"architecture", "quantization"} <= set(info):
+        raise _damaged(folder, f"has an incomplete {INFO_FILE}")
+    return info
+
+
+def verify_cached(folder: Path, source: GGUFSource) -> None:
+    """A cache folder is trusted only as written: its record names this GGUF, and every file it wrote is there
+    with the digest it had. Anything else (altered weights, another model placed there, a file missing) is a
+    one-line error naming the folder and how to clear it."""
+    info = _read_info(folder)
+    if info.get("sha256") != source.sha256:
+        raise _damaged(folder, f"holds the conversion of another file (sha256 {str(info.get('sha256'))[:16]}...)")
+    files = info.get("files")
+    if not isinstance(files, dict) or "model.safetensors" not in files:
+        raise _damaged(folder, "was written by an older layerprobe without file digests")
+    for name, digest in files.items():
+        path = folder / name
+        if not path.is_file():
+            raise _damaged(folder, f"lacks {name}")
+        if file_sha256(path) != digest:
+            raise _damaged(folder, f"has a {name} that differs from what layerprobe wrote")
 
 
 def resolve_gguf(spec: str, gguf_file: str | None, revision: str | None) -> Path:
