@@ -275,3 +275,23 @@ def test_docs_reference_is_the_help():
 
     page = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
     assert page.read_text() == render_reference(), "docs/cli.md is stale: python -m layerprobe.cli.docs > docs/cli.md"
+
+
+def test_outputs_reference_is_the_schema():
+    """docs/outputs.md is rendered from runs/schema.py: regenerate it with `python -m layerprobe.runs.schema`."""
+    from layerprobe.runs.schema import render_outputs
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "outputs.md"
+    assert page.read_text() == render_outputs(), "docs/outputs.md is stale: python -m layerprobe.runs.schema > docs/outputs.md"
+
+
+def test_a_summary_that_breaks_its_schema_is_never_written():
+    from layerprobe.runs.schema import check_summary
+
+    good = {"command": "toy", "seconds": 1.0, "warnings": [], "model": "toy", "num_layers": 3, "width": 8,
+            "samples": 16, "alphas": [1.0], "seed": 0, "fits": {}, "expected_pre_ln": {}}
+    assert check_summary("toy", good)["schema_version"] == 1
+    for broken in ({**good, "surprise": 1}, {k: v for k, v in good.items() if k != "width"}, {**good, "width": "8"},
+                   {**good, "seed": None}):
+        with pytest.raises(RunError, match="breaks its schema"):
+            check_summary("toy", broken)
