@@ -14,18 +14,11 @@ from typing import Any
 
 import torch
 
+from layerprobe.evaluation.metric import METRICS
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture, produced_inside, replay_from
 from layerprobe.models.layers import BlockStack
 from layerprobe.models.surgery import removed, removed_sublayers, tail_only
-
-# metric -> (model head it needs, what it means)
-METRICS = {
-    "ppl": ("causal-lm", "perplexity of the next token (lower is better)"),
-    "kl": ("causal-lm", "mean KL(original || pruned) of next-token distributions"),
-    "drift": ("base", "mean 1 - cosine of the final hidden states against the original"),
-}
-
 
 def model_output(output: Any) -> torch.Tensor:
     """Logits of an LM head, else the final hidden state."""
@@ -47,25 +40,12 @@ class Original:
 def metric_sum(metric: str, original: torch.Tensor | Original, pruned: torch.Tensor,
                ids: torch.Tensor) -> tuple[float, int]:
     """(sum over positions, positions) of the metric for one batch; original/pruned: (batch, seq, V or d)."""
-    if metric == "ppl":
-        logits = pruned[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-        return float(nll.double().sum()), nll.numel()
-    if metric == "kl":
-        reference = original if isinstance(original, Original) else Original(metric, original)
-        log_q = torch.log_softmax(pruned.float(), dim=-1)
-        kl = (reference.p * (reference.log_p - log_q)).sum(-1)  # (batch, seq); small terms, summed: no cancellation
-        return float(kl.double().sum()), kl.numel()
-    original = original.output if isinstance(original, Original) else original
-    if metric == "drift":
-        cos = torch.nn.functional.cosine_similarity(original.double(), pruned.double(), dim=-1)
-        return float((1.0 - cos).sum()), cos.numel()
-    raise ValueError(metric)
+    reference = original if isinstance(original, Original) else Original(metric, original)
+    return METRICS[metric].batch_sum(reference, pruned, ids)
 
 
 def finish(metric: str, total: float, count: int) -> float:
-    mean = total / max(count, 1)
-    return math.exp(mean) if metric == "ppl" else mean
+    return METRICS[metric].finish(total, count)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.runs.read import Run
 
@@ -87,7 +88,7 @@ def prune_findings(run: Run) -> list[str]:
     main = table[table["metric"] == s["metric"]]
     higher = s.get("higher_is_better", True)
     ordered = main.sort_values("delta", ascending=not higher)
-    out = [] if s["metric"] in ("kl", "drift") else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
+    out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
     k = min(3, len(ordered) // 2)  # never the same layer in both lists
     out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(k).itertuples())
            + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(k)[::-1].itertuples())

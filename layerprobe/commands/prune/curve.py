@@ -22,6 +22,7 @@ from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, RunError
+from layerprobe.evaluation.metric import tolerance_edge, within
 from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.plots.curve import curve_plot
@@ -61,23 +62,6 @@ def check_strategies(settings: CurveSettings) -> None:
     if not 0 < settings.keep <= 1:
         raise ConfigError(f"--keep {settings.keep}: use a fraction of the baseline in (0, 1], e.g. 0.95.")
 
-
-def within(metric: str, higher: bool, baseline: float, score: float, keep: float) -> bool:
-    """Is the score within the tolerance? Accuracy-like: score >= keep x baseline. Lower-is-better: ppl and other
-    ratios <= baseline / keep; kl (0 for the unpruned model) <= ln(1 / keep), the same ppl ratio as a log; drift
-    (1 - cos) <= 1 - keep."""
-    if not math.isfinite(score):
-        return False
-    if higher:
-        return score >= keep * baseline
-    if metric == "kl":
-        return score <= -math.log(keep)
-    if metric == "drift":
-        return score <= 1 - keep
-    return score <= baseline / keep
-
-
-# ---- the strategies: k -> the removed ids -------------------------------------------------------------------
 
 def angular_sets(angular: Any, k_max: int) -> dict[int, list[int]]:
     """angular.csv (layer, n, distance) -> for each k, the block of k layers starting at argmin_l d(l, k)."""
@@ -246,16 +230,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
-    figure = curve_plot(table, metric, baseline, chance, within_line(metric, higher, baseline, settings.keep),
+    figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
                         f"{num_layers} layers")
     return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)
-
-
-def within_line(metric: str, higher: bool, baseline: float, keep: float) -> float:
-    """The score at the edge of the tolerance (the plot's dotted line)."""
-    if higher:
-        return keep * baseline
-    return {"kl": -math.log(keep), "drift": 1 - keep}.get(metric, baseline / keep)

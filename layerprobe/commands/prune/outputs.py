@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.errors import ConfigError, RunError
+from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
 from layerprobe.runs.folder import model_label, read_json
@@ -125,7 +126,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "warnings": warnings,
     }
     title = f"{model_label(facts['model'])}: {config.task}"
-    if metric not in ("kl", "drift") and summary["baseline"] is not None:  # kl and drift are 0 unpruned by definition
+    if has_baseline(metric) and summary["baseline"] is not None:
         title += f", unpruned {metric} = {summary['baseline']:.4g}"
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
                         correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},

@@ -96,7 +96,7 @@ class TaskfreeSweep:
 
     @property
     def head(self) -> str:
-        return METRICS[self.config.task][0]
+        return METRICS[self.config.task].head
 
     def check(self, probe: Any) -> list[str]:
         if self.config.task in ("ppl", "kl") and is_encoder(probe.model):
@@ -133,7 +133,7 @@ class TaskfreeSweep:
             if variant.label not in ledger.done():
                 rows += rows_for(variant, baseline, {metric: (finish(metric, *sums.variants[variant.label]), None)})
         ledger.add(rows)
-        return False  # lower is better: a removed layer raises ppl, kl and drift
+        return METRICS[metric].higher_is_better
 
     def facts(self, job: SweepJob) -> dict:
         return {"dataset": job.probe.corpus.description, "tokens": job.ledger.state.get("tokens"),
@@ -261,7 +261,7 @@ def open_sweep(config: PruneConfig, need_corpus: bool = False) -> tuple[Any, Any
     from layerprobe.commands.probe import open_probe, preflight
 
     kind = task_kind(config.task)
-    head = METRICS[config.task][0] if kind == "taskfree" else SWEEPS[kind].head  # what the cheap checks look for
+    head = METRICS[config.task].head if kind == "taskfree" else SWEEPS[kind].head  # what the cheap checks look for
     need_corpus = need_corpus or SWEEPS[kind].needs_corpus
     corpus, task = preflight(config.model, config.data, head, need_corpus, more=(lambda: make_sweep(config),))
     return task, open_probe(config.model, config.data, head=task.head, need_corpus=need_corpus, checked=(corpus,))
