@@ -107,6 +107,40 @@ def angular(model, stack, data):
     return result
 
 
+def product_setup(args):
+    """The product's own pass (commands.angular._measure, with its checkpoint as the CLI makes it) on a Probe of
+    --model, and a bare forward over the same tokenizing stream: (product, bare) zero-argument callables."""
+    import tempfile
+    from pathlib import Path
+
+    from layerprobe.commands.angular import _measure
+    from layerprobe.commands.probe import open_probe
+    from layerprobe.config import AngularConfig, DataOptions, ModelOptions
+    from layerprobe.distributed import current_world
+    from layerprobe.runs.resume import PassCheckpoint
+
+    config = AngularConfig(model=ModelOptions(args.model, args.dtype, args.device),
+                           data=DataOptions(args.dataset, "text", args.tokens, args.seq_len, args.batch_size),
+                           lens_tokens=0)
+    probe = open_probe(config.model, config.data, head="base")
+    folder = Path(tempfile.mkdtemp(prefix="angular-bench-"))
+
+    def product():
+        checkpoint = PassCheckpoint(folder, {"bench": 1}, every=config.save_every)
+        checkpoint.clear()  # every repeat is a whole pass, as a fresh run's
+        _measure(config, probe, current_world(), lambda *a: None, checkpoint, lens=False)
+        sync()
+
+    def bare():
+        with torch.inference_mode():
+            for b in batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, args.batch_size, args.tokens):
+                probe.model.base_model(input_ids=b.input_ids.to(probe.device),
+                                       attention_mask=b.attention_mask.to(probe.device))
+        sync()
+
+    return product, bare
+
+
 def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -159,6 +193,20 @@ def main() -> None:
         print(f"model FLOPs {flops / 1e15:.2f} PFLOP per pass: angular pass at {achieved:.0f} TFLOP/s = "
               f"{achieved / args.peak_tflops:.1%} of the {args.peak_tflops:.0f} TFLOP/s dense peak (target >= 30%); "
               f"one 8192^3 matmul here: {matmul:.0f} TFLOP/s (angular pass at {achieved / matmul:.1%} of it)")
+
+    if not args.arch:  # the product's own pass, checkpoint and tokenizing stream included, against a bare forward
+        product, bare = product_setup(args)
+        bare()  # warm-up
+        spans = {"bare": [], "product": []}
+        for _ in range(args.repeats):
+            for name, fn in (("bare", bare), ("product", product)):
+                start = time.perf_counter()
+                fn()
+                spans[name].append(time.perf_counter() - start)
+        b, q = statistics.median(spans["bare"]), statistics.median(spans["product"])
+        print(f"bare forward, tokenizing stream   {b:8.3f} s")
+        print(f"layerprobe's angular pass (_measure, checkpoint every 60 s)  {q:8.3f} s")
+        print(f"ratio product pass/bare forward = {q / b:.3f}  (target <= 1.10)")
 
     small = data[: max(1, len(data) // 4)]
     if device.startswith("cuda"):

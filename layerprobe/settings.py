@@ -272,6 +272,9 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
         origin = sources.get(path, "")
         said = f" (from {origin})" if origin and not origin.startswith("the command line") else ""
         label = flag_of(f) if mark.flag != "" else f.name
+        if isinstance(value, (tuple, list)) and len(set(value)) < len(value):
+            twice = next(v for v in value if list(value).count(v) > 1)
+            raise ConfigError(f"{label} lists '{twice}' twice{said}: list each once.")
         if mark.choices:
             for item in value if isinstance(value, (tuple, list)) else (value,):
                 if item not in mark.choices:

@@ -96,3 +96,17 @@ def test_two_exports_into_one_out_never_mix(source, tmp_path):
     with safe_open(str(out / "model.safetensors"), "pt") as weights:
         blocks = {int(k.split(".")[2]) for k in weights.keys() if k.startswith("model.layers.")}
     assert config["num_hidden_layers"] == len(blocks) == 4 - len(removal["removed"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["export", "{model}", "--remove", "0-300000000", "--out", "{tmp}/x"], "--remove 0-300000000 out of range"),
+    (["prune", "{model}", "--task", "kl", "--layers", "0-300000000", "--dataset", "builtin", "--out", "{tmp}/y"],
+     "--layers 0-300000000 out of range"),
+    (["export", "--from-curve", "{tmp}", "--remove", "1", "--out", "{tmp}/z"], "--from-curve chooses the layers"),
+    (["export", "--from-curve", "{tmp}", "--part", "attn", "--out", "{tmp}/z"], "--from-curve chooses the layers"),
+    (["gradnorm", "--arch", "tiny", "--norm", "pre,pre", "--dataset", "builtin"], "--norm lists 'pre' twice"),
+    (["toy", "--norm", "post,post"], "--norm lists 'post' twice"),
+])
+def test_meaningless_or_huge_options_are_one_line(args, needle, model_dirs, tmp_path):
+    filled = [a.format(model=model_dirs["llama"], tmp=tmp_path) for a in args]
+    assert_error(runner.invoke(app, [*filled, "--device", "cpu"] if args[0] in ("export", "prune") else filled), needle)

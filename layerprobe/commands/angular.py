@@ -83,8 +83,8 @@ def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any, rou
 
 
 def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force: bool = False) -> None:
-    if checkpoint is None:
-        return
+    if checkpoint is None or not (force or checkpoint.due()):
+        return  # gathering the sums and samples costs a copy of each: only when a save is due
     import torch
 
     sampled = done.sampled

@@ -17,7 +17,7 @@ from typing import Any
 
 from layerprobe.config import ExportConfig
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
-from layerprobe.evaluation.variants import PARTS, ranges_label
+from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.surgery import check_indices, removed, removed_layers
@@ -34,19 +34,7 @@ OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
 
 def parse_remove(spec: str, num_layers: int) -> list[int]:
     """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends."""
-    import re
-
-    chosen: set[int] = set()
-    for part in spec.split(","):
-        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", part)
-        if not match:
-            raise ConfigError(f"Bad --remove item '{part.strip()}': use 0-based ids and inclusive ranges, e.g. 20-27 "
-                              "or 3,7,9-11.")
-        low, high = int(match.group(1)), int(match.group(2) or match.group(1))
-        if high < low:
-            raise ConfigError(f"Bad --remove range '{part.strip()}': the end is before the start.")
-        chosen.update(range(low, high + 1))
-    return check_indices(chosen, num_layers)
+    return check_indices(parse_ranges(spec, num_layers, "--remove", "20-27 or 3,7,9-11"), num_layers)
 
 
 def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
@@ -204,6 +192,9 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
     always a whole export."""
     spec, remove, part = config.model.model, config.remove, config.part
+    if config.from_curve and (config.remove or config.part != "block"):
+        raise ConfigError("--from-curve chooses the layers and the part: drop --remove and --part, or drop "
+                          "--from-curve.")
     if config.from_curve:
         curve_model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
         spec = spec or curve_model

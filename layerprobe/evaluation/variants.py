@@ -48,25 +48,30 @@ def ranges_label(ids: list[int]) -> str:
     return ",".join(parts)
 
 
-def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
-    """'0,3,8-11' -> [0, 3, 8, 9, 10, 11]; each index checked against the model."""
-    if spec is None or not spec.strip():
-        return None
+def parse_ranges(spec: str, num_layers: int, flag: str = "--layers", example: str = "0,3,8-11") -> list[int]:
+    """'0,3,8-11' -> [0, 3, 8, 9, 10, 11], 0-based, ranges inclusive; each item is checked against the model before
+    it is expanded (so '0-300000000' is one line, not a list of 300 million)."""
     chosen: set[int] = set()
     for part in spec.split(","):
-        part = part.strip()
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+))?\s*", part)
         if not match:
-            raise ConfigError(f"Bad --layers item '{part}': use indices and ranges like 0,3,8-11.")
+            raise ConfigError(f"Bad {flag} item '{part.strip()}': use 0-based indices and inclusive ranges like "
+                              f"{example}.")
         low = int(match.group(1))
         high = int(match.group(2)) if match.group(2) else low
         if high < low:
-            raise ConfigError(f"Bad --layers range '{part}': the end is before the start.")
+            raise ConfigError(f"Bad {flag} range '{part.strip()}': the end is before the start.")
+        if high >= num_layers:
+            raise ConfigError(f"{flag} {part.strip()} out of range: the model has layers 0..{num_layers - 1}.")
         chosen.update(range(low, high + 1))
-    bad = sorted(i for i in chosen if i >= num_layers)
-    if bad:
-        raise ConfigError(f"--layers {', '.join(map(str, bad))} out of range: the model has layers 0..{num_layers - 1}.")
     return sorted(chosen)
+
+
+def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
+    """--layers '0,3,8-11' -> [0, 3, 8, 9, 10, 11] (None: every layer)."""
+    if spec is None or not spec.strip():
+        return None
+    return parse_ranges(spec, num_layers)
 
 
 def sweep(num_layers: int, block: int = 1, layers: list[int] | None = None) -> list[Variant]:

@@ -8,6 +8,7 @@ and two processes converting the same file at once both end with the one folder.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -53,6 +54,14 @@ def smollm2_file() -> Path:
 
 
 def file_sha256(path: Path) -> str:
+    """sha256 of a file, hashed once per process while its size and modification time stay (a run locates,
+    peeks at and loads a GGUF: one hash)."""
+    stat = Path(path).stat()
+    return _sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):

@@ -15,7 +15,10 @@ PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
 
 def check_placements(names) -> None:
     """The one check of --norm values (gradnorm, toy, the in-house configs): an unknown name is a one-line error."""
+    names = list(names)
     for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"--norm lists '{name}' twice: list each placement once.")
         if name not in PLACEMENTS:
             close = difflib.get_close_matches(name, PLACEMENTS, n=1)
             hint = f" Did you mean: {close[0]}?" if close else ""

@@ -178,10 +178,14 @@ class PassCheckpoint:
         check_same_settings(self.path.parent, json.loads(header["identity"]), self.identity)
         return tensors, json.loads(header["counters"])
 
+    def due(self) -> bool:
+        """A save is due: `every` seconds have passed since the last one."""
+        return self.clock() - self.saved_at >= self.every
+
     def save(self, tensors: dict, counters: dict, force: bool = False) -> None:
         from safetensors.torch import save
 
-        if not force and self.clock() - self.saved_at < self.every:
+        if not force and not self.due():
             return
         metadata = {"identity": json.dumps(self.identity), "counters": json.dumps(counters)}
         atomic_write_bytes(self.path, save({k: v.contiguous().cpu() for k, v in tensors.items()}, metadata=metadata))
