@@ -218,3 +218,38 @@ def test_compare_fails_on_non_finite_numbers_in_every_format(value, model_dirs, 
         assert "l=2 n=1" in result.output, (fmt, result.output)
     both = invoke("compare", tmp_path / "new", tmp_path / "new")  # non-finite on both sides is no pass either
     assert both.exit_code == 1 and "l=2 n=1" in both.output, both.output
+
+
+def test_damaged_tables_are_refused_by_every_reader(tmp_path):
+    """A CSV cut inside its last row, a duplicated row, a header-only file or a NaN distance: compare, report and
+    --from-curve refuse the run in one line instead of judging or using it."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from layerprobe.cli import app
+    from tests.helpers import assert_error
+
+    runner = CliRunner()
+    reference = Path(__file__).resolve().parents[1] / "reports" / "demo" / "angular"
+    cases = {
+        "cut": lambda text: text[: len(text) - 7],
+        "twice": lambda text: text + text.splitlines()[-1] + "\n",
+        "empty": lambda text: text.splitlines()[0] + "\n",
+        "nan": lambda text: text.replace(text.splitlines()[1], ",".join(
+            v if i != 2 else "" for i, v in enumerate(text.splitlines()[1].split(","))), 1),
+    }
+    needles = {"cut": "ends inside a row", "twice": "twice", "empty": "holds no rows", "nan": "NaN distance"}
+    for name, damage in cases.items():
+        folder = tmp_path / name
+        shutil.copytree(reference, folder)
+        (folder / "angular.csv").write_text(damage((reference / "angular.csv").read_text()))
+        assert_error(runner.invoke(app, ["compare", str(reference), str(folder)]), needles[name])
+        assert_error(runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / f"page-{name}")]),
+                     needles[name])
+    curve = Path(__file__).resolve().parents[1] / "reports" / "demo" / "smollm2-curve-kl"
+    shutil.copytree(curve, tmp_path / "curve")
+    text = (curve / "curve.csv").read_text()
+    (tmp_path / "curve" / "curve.csv").write_text(text[: len(text) - 3])
+    assert_error(runner.invoke(app, ["export", "--from-curve", str(tmp_path / "curve"), "--out", str(tmp_path / "e")]),
+                 "ends inside a row")

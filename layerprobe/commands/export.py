@@ -22,7 +22,7 @@ from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, lay
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.surgery import check_indices, removed, removed_layers
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text, claimed, read_json
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text, claimed
 
 REMOVAL_FILE = "layerprobe-removal.json"
 CONVENTION = ("block ids are 0-based; a range a-b in --remove includes both ends; mergekit's layer_range [a, b) "
@@ -40,13 +40,14 @@ def parse_remove(spec: str, num_layers: int) -> list[int]:
 def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
     """(model, removed label, part) of a curve run's choice for `strategy` at k (default: its largest k within
     the tolerance)."""
-    import pandas as pd
+    from layerprobe.runs.read import load_run
 
     folder = Path(run_dir)
     if not (folder / "curve.csv").is_file() or not (folder / "summary.json").is_file():
         raise RunError(f"--from-curve '{run_dir}' is not a finished curve run (no curve.csv and summary.json): pass "
                        "the --out of `layerprobe prune --curve`.")
-    summary, curve = read_json(folder / "summary.json"), pd.read_csv(folder / "curve.csv")
+    run = load_run(folder)  # finished and whole: a curve.csv cut inside a row is refused, never read
+    summary, curve = run.summary, run.tables["curve"]
     rows = curve[curve["strategy"] == strategy]
     if rows.empty:
         raise ConfigError(f"--strategy {strategy}: the curve run has {', '.join(dict.fromkeys(curve['strategy']))}.")

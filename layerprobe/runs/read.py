@@ -41,6 +41,36 @@ class Run:
         return path if path.is_file() else None
 
 
+# What identifies a row of each CSV (never twice in a whole file), and the values that are never NaN there
+ROW_KEYS = {"angular.csv": ("layer", "n"), "layers.csv": ("layer",), "prune.csv": ("removed", "metric"),
+            "scores.csv": ("removed", "metric"), "curve.csv": ("strategy", "k", "metric"),
+            "gradnorm.csv": ("norm", "step", "layer", "kind", "module"), "variance.csv": ("norm", "step", "layer")}
+FINITE = {"angular.csv": ("distance",), "prune.csv": ("pruned", "delta"), "scores.csv": ("pruned",),
+          "gradnorm.csv": ("grad_norm",)}
+
+
+def check_table(csv: Path, table: Any) -> None:
+    """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
+    cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows, no row key
+    twice, and no NaN where a number is always measured."""
+    with open(csv, "rb") as handle:
+        handle.seek(max(csv.stat().st_size - 1, 0))
+        last = handle.read(1)
+    if last != b"\n":
+        raise RunError(f"'{csv}' ends inside a row (cut off by a copy or a full disk): re-run the command, or "
+                       "restore the file.")
+    if table.empty:
+        raise RunError(f"'{csv}' holds no rows: re-run the command.")
+    keys = [k for k in ROW_KEYS.get(csv.name, ()) if k in table.columns]
+    if keys and table.duplicated(subset=keys).any():
+        row = table[table.duplicated(subset=keys)].iloc[0]
+        where = ", ".join(f"{k}={row[k]}" for k in keys)
+        raise RunError(f"'{csv}' holds the row ({where}) twice: re-run the command, or restore the file.")
+    for column in FINITE.get(csv.name, ()):
+        if column in table.columns and table[column].isna().any():
+            raise RunError(f"'{csv}' has an empty or NaN {column}: re-run the command, or restore the file.")
+
+
 def is_run(folder: Path) -> bool:
     return (folder / "summary.json").is_file() and (folder / "manifest.json").is_file()
 
@@ -75,6 +105,7 @@ def load_run(folder: str | Path) -> Run:
             tables[csv.stem] = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise RunError(f"'{csv}' is not a readable CSV ({first_line(exc)}): re-run the command.") from None
+        check_table(csv, tables[csv.stem])
     return Run(path, command, summary, manifest, tables)
 
 

@@ -122,7 +122,7 @@ def greedy_sets(job: SweepJob, k_max: int, progress: Progress) -> dict[int, list
 
 def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Progress) -> Path:
     """--angular DIR, an angular run beside this one, or one measured now on the probe corpus into <run>/angular."""
-    found = find_angular(folder, config.angular, probe.loaded.spec)
+    found = find_angular(folder, config.angular, probe.loaded.spec, probe.loaded.fingerprint())
     if found is not None:
         return found
     inner = folder / "angular"

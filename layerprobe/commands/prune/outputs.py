@@ -29,24 +29,31 @@ def check_metric(metric: str | None, available: list[str]) -> str:
     return metric
 
 
-def find_angular(folder: Path, explicit: str | None, model: str | None = None) -> Path | None:
-    """--angular DIR, else an `angular` run beside this one (reports/<model>/angular) of the same model: a sibling
-    run of another model is not this model's signal and is passed over."""
+def find_angular(folder: Path, explicit: str | None, model: str | None = None, weights: str | None = None) -> Path | None:
+    """--angular DIR (a finished angular run, read back whole, of the same weights), else an `angular` run beside
+    this one (reports/<model>/angular) of the same model: a sibling run of another model is passed over."""
+    from layerprobe.runs.read import load_run
+
     if explicit:
-        path = Path(explicit)
-        if not (path / "angular.csv").is_file():
-            raise RunError(f"--angular '{explicit}' has no angular.csv: pass a `layerprobe angular` run folder.")
-        return path
+        run = load_run(explicit)
+        if run.command != "angular":
+            raise RunError(f"--angular '{explicit}' holds a {run.command} run: pass a `layerprobe angular` run folder.")
+        theirs = run.summary.get("weights")
+        if weights is not None and theirs is not None and theirs != weights:
+            raise RunError(f"--angular '{explicit}' measured other weights ({str(theirs)[:30]}...) than this run's "
+                           f"({weights[:30]}...): pass an angular run of the same model.")
+        return Path(explicit)
     sibling = folder.parent / "angular"
     if not (sibling / "angular.csv").is_file():
         return None
-    if model is not None:
-        try:
-            measured = read_json(sibling / "summary.json").get("model")
-        except (RunError, OSError, AttributeError):
-            return None  # unfinished or unreadable: not a run to correlate with
-        if measured != model:
-            return None
+    try:
+        run = load_run(sibling)
+    except RunError:
+        return None  # unfinished or damaged: not a run to correlate with
+    if model is not None and run.summary.get("model") != model:
+        return None
+    if weights is not None and run.summary.get("weights") not in (None, weights):
+        return None
     return sibling
 
 
@@ -92,7 +99,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
     correlation = distance = None
     correlations: dict[str, float] = {}
-    angular_dir = find_angular(folder, config.angular, facts.get("model"))
+    angular_dir = find_angular(folder, config.angular, facts.get("model"), facts.get("weights"))
     if angular_dir is not None:
         distance = _angular_distance(angular_dir, main["layer"], config.block)
         if np.isfinite(distance).all():
