@@ -110,3 +110,11 @@ def test_two_exports_into_one_out_never_mix(source, tmp_path):
 def test_meaningless_or_huge_options_are_one_line(args, needle, model_dirs, tmp_path):
     filled = [a.format(model=model_dirs["llama"], tmp=tmp_path) for a in args]
     assert_error(runner.invoke(app, [*filled, "--device", "cpu"] if args[0] in ("export", "prune") else filled), needle)
+
+
+def test_a_config_with_fewer_layers_than_its_weights_is_refused(source):
+    config = json.loads((source / "config.json").read_text())
+    (source / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
+    result = runner.invoke(app, ["angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                                 "--device", "cpu", "--out", str(source.parent / "run")])
+    assert_error(result, "holds weights of block 2 of model.layers, but its config.json says 2 blocks")

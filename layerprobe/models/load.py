@@ -254,9 +254,37 @@ def load_model(
             f"{', ...' if len(absent) > 3 else ''}): they would be randomly initialized and measured. Re-save the "
             "checkpoint with all its weights, or check that config.json matches them."
         )
+    extra = blocks_beyond_config(model, info.get("unexpected_keys", ()))
+    if extra is not None:
+        raise ModelLoadError(f"'{spec}' holds weights of block {extra[1]} of {extra[0]}, but its config.json says "
+                             f"{extra[2]} blocks: those blocks would be silently left out. Fix the layer count in "
+                             "config.json, or re-save the checkpoint.")
     prefix = getattr(model, "base_model_prefix", "")
     new_head = [k for k in missing if k not in absent and prefix and not k.startswith(prefix + ".")]
     return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf, quantization)
+
+
+def blocks_beyond_config(model: Any, unexpected: Any) -> tuple[str, int, int] | None:
+    """(block list, index, blocks built) of a checkpoint weight that belongs to a block the config did not build
+    (config.json says fewer layers than the weights hold), or None."""
+    import torch
+
+    prefix = getattr(model, "base_model_prefix", "")
+    for key in sorted(unexpected):
+        parts = key.split(".")
+        for i, part in enumerate(parts[:-1]):
+            if not part.isdigit():
+                continue
+            path = ".".join(parts[:i])
+            for candidate in (path, path.removeprefix(prefix + "."), f"{prefix}.{path}" if prefix else path):
+                try:
+                    blocks = model.get_submodule(candidate)
+                except AttributeError:
+                    continue
+                if isinstance(blocks, torch.nn.ModuleList) and int(part) >= len(blocks):
+                    return candidate, int(part), len(blocks)
+            break
+    return None
 
 
 def _configs(model: Any) -> list[Any]:
