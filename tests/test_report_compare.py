@@ -244,7 +244,8 @@ def test_damaged_tables_are_refused_by_every_reader(tmp_path):
         folder = tmp_path / name
         shutil.copytree(reference, folder)
         (folder / "angular.csv").write_text(damage((reference / "angular.csv").read_text()))
-        assert_error(runner.invoke(app, ["compare", str(reference), str(folder)]), needles[name])
+        if name != "nan":  # compare judges a NaN as a failed check naming it (test_compare_fails_on_non_finite...)
+            assert_error(runner.invoke(app, ["compare", str(reference), str(folder)]), needles[name])
         assert_error(runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / f"page-{name}")]),
                      needles[name])
     curve = Path(__file__).resolve().parents[1] / "reports" / "demo" / "smollm2-curve-kl"

@@ -87,7 +87,7 @@ def _split(pair: str) -> tuple[str, str]:
 
 def compare_folders(baseline: str, new: str, tolerance: dict[str, float]) -> Comparison:
     """Compare two runs, or two folders of runs paired by their relative paths."""
-    old_runs, new_runs = find_runs(baseline), find_runs(new)
+    old_runs, new_runs = find_runs(baseline, finite=False), find_runs(new, finite=False)  # NaN: a failed check
     if set(old_runs) != set(new_runs):
         if len(old_runs) == 1 and len(new_runs) == 1:
             old_runs, new_runs = {"": next(iter(old_runs.values()))}, {"": next(iter(new_runs.values()))}

@@ -49,10 +49,11 @@ FINITE = {"angular.csv": ("distance",), "prune.csv": ("pruned", "delta"), "score
           "gradnorm.csv": ("grad_norm",)}
 
 
-def check_table(csv: Path, table: Any) -> None:
+def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
     cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows, no row key
-    twice, and no NaN where a number is always measured."""
+    twice, and (with `finite`) no NaN where a number is always measured. `compare` reads with finite off: a NaN
+    there is a failed check naming its entry, not an unreadable run."""
     with open(csv, "rb") as handle:
         handle.seek(max(csv.stat().st_size - 1, 0))
         last = handle.read(1)
@@ -66,7 +67,7 @@ def check_table(csv: Path, table: Any) -> None:
         row = table[table.duplicated(subset=keys)].iloc[0]
         where = ", ".join(f"{k}={row[k]}" for k in keys)
         raise RunError(f"'{csv}' holds the row ({where}) twice: re-run the command, or restore the file.")
-    for column in FINITE.get(csv.name, ()):
+    for column in FINITE.get(csv.name, ()) if finite else ():
         if column in table.columns and table[column].isna().any():
             raise RunError(f"'{csv}' has an empty or NaN {column}: re-run the command, or restore the file.")
 
@@ -75,8 +76,9 @@ def is_run(folder: Path) -> bool:
     return (folder / "summary.json").is_file() and (folder / "manifest.json").is_file()
 
 
-def load_run(folder: str | Path) -> Run:
-    """A finished run, or a RunError naming what is wrong with the folder."""
+def load_run(folder: str | Path, finite: bool = True) -> Run:
+    """A finished run, or a RunError naming what is wrong with the folder (check_table: whole tables; `finite`:
+    no NaN where a number is always measured)."""
     import pandas as pd
 
     path = Path(folder)
@@ -105,18 +107,18 @@ def load_run(folder: str | Path) -> Run:
             tables[csv.stem] = pd.read_csv(csv)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             raise RunError(f"'{csv}' is not a readable CSV ({first_line(exc)}): re-run the command.") from None
-        check_table(csv, tables[csv.stem])
+        check_table(csv, tables[csv.stem], finite)
     return Run(path, command, summary, manifest, tables)
 
 
-def find_runs(folder: str | Path) -> dict[str, Run]:
+def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
     """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
     path = Path(folder)
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
     if is_run(path):
-        return {"": load_run(path)}
-    found = {str(p.parent.relative_to(path)): load_run(p.parent) for p in sorted(path.rglob("summary.json"))}
+        return {"": load_run(path, finite)}
+    found = {str(p.parent.relative_to(path)): load_run(p.parent, finite) for p in sorted(path.rglob("summary.json"))}
     if not found:
         raise RunError(f"'{folder}' holds no layerprobe runs (no summary.json below it): pass a run folder.")
     return found
