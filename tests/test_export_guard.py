@@ -118,3 +118,40 @@ def test_a_config_with_fewer_layers_than_its_weights_is_refused(source):
     result = runner.invoke(app, ["angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
                                  "--device", "cpu", "--out", str(source.parent / "run")])
     assert_error(result, "holds weights of block 2 of model.layers, but its config.json says 2 blocks")
+
+
+@pytest.mark.parametrize("kind", ["gpt2-untied", "bert-classifier"])
+def test_export_keeps_the_class_and_every_head(kind, tokenizer, tmp_path):
+    """The export is the model the user loaded, less the removed blocks: its own class, an untied LM head, a
+    classifier; its outputs equal an independently shortened copy's, and its config.json equals the source's but
+    for the fields the removal changes."""
+    import torch
+    import transformers
+
+    from tests.helpers import independent_pruned
+
+    torch.manual_seed(0)
+    if kind == "gpt2-untied":
+        config = transformers.GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=4, n_head=4, n_positions=64,
+                                         tie_word_embeddings=False)
+        cls = transformers.GPT2LMHeadModel
+    else:
+        config = transformers.BertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=4, num_attention_heads=4, num_labels=3)
+        cls = transformers.BertForSequenceClassification
+    source = tmp_path / "source"
+    cls(config).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["export", str(source), "--remove", "1", "--out", str(out), "--device", "cpu",
+                                 "--dtype", "float32"])
+    assert result.exit_code == 0, result.output
+    exported = cls.from_pretrained(out).eval()
+    reference = independent_pruned(source, cls, [1])
+    ids = torch.randint(0, len(tokenizer), (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        got, want = exported(input_ids=ids).logits, reference(input_ids=ids).logits
+    assert got.shape == want.shape and float((got - want).abs().max()) < 1e-5
+    before, after = (json.loads((f / "config.json").read_text()) for f in (source, out))
+    changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    assert changed <= {"num_hidden_layers", "n_layer", "layer_types", "dtype", "torch_dtype"}, changed

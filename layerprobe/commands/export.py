@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.config import ExportConfig
+from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
 from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
@@ -165,11 +166,10 @@ def _head(spec: str, config: ExportConfig) -> str:
     from layerprobe.models.load import checkpoint_architecture
 
     name = checkpoint_architecture(spec, config.model.revision, config.model.trust_remote_code, config.model.gguf_file)
-    for suffix, head in (("ForCausalLM", "causal-lm"), ("ForMaskedLM", "masked-lm"),
-                         ("ForQuestionAnswering", "qa"), ("ForConditionalGeneration", "causal-lm")):
+    for suffix, head in (("ForCausalLM", "causal-lm"), ("ForConditionalGeneration", "causal-lm")):
         if name and name.endswith(suffix):
             return head
-    return "base"
+    return "as-saved"  # any other class (GPT2LMHeadModel, BertForSequenceClassification, ...) as it was saved
 
 
 def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
@@ -252,7 +252,9 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
-    batch = torch.randint(0, vocab, (config.timing_batch, config.timing_seq_len), generator=generator)
+    longest = max_sequence_length(model, loaded.tokenizer)  # a model shorter than the timing batch: capped
+    length = min(config.timing_seq_len, longest) if longest else config.timing_seq_len
+    batch = torch.randint(0, vocab, (config.timing_batch, length), generator=generator)
     batch = batch.to(loaded.device)
     progress("export", 1, 4)
     gain = measure_gain(model, stack, ids, batch, config.timing_repeats) if part == "block" else None
@@ -266,10 +268,12 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
             want = _output(model, batch)  # the pruned model as every layerprobe measurement ran it
             if part == "block":
                 _check_kinds_written(model, short, [kinds[i] for i in keep], ids)
-                model.save_pretrained(partial)
+                with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
+                    model.save_pretrained(partial)
         if part != "block":
             zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
-            model.save_pretrained(partial)
+            with loaded.as_saved():
+                model.save_pretrained(partial)
         progress("export", 2, 4)
         dtype = next(model.parameters()).dtype
         difference = _verify(partial, want, head_class, batch, dtype) if config.verify else None

@@ -123,6 +123,7 @@ def _convert(source: GGUFSource, target: Path) -> None:
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
+    config.architectures = [type(model).__name__]  # as save_pretrained writes it: mergekit and Auto classes read it
     config.save_pretrained(target)
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.save_pretrained(target)

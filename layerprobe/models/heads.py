@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-HEADS = ("base", "causal-lm", "masked-lm", "qa")
+HEADS = ("base", "causal-lm", "masked-lm", "qa", "as-saved")  # as-saved: the class config.json names (export)
 
 
 def auto_class(head: str, config=None):
@@ -10,6 +10,10 @@ def auto_class(head: str, config=None):
     encoder-decoder (T5, BART) or of a vision-language model (LLaVA, Qwen2-VL) is that family's own."""
     import transformers
 
+    if head == "as-saved":  # the checkpoint's own class with every head it has (a classifier, an untied LM head)
+        names = getattr(config, "architectures", None) or []
+        found = getattr(transformers, names[0], None) if names else None
+        return found if found is not None else transformers.AutoModel
     if head == "causal-lm" and config is not None:
         if getattr(config, "is_encoder_decoder", False):
             return transformers.AutoModelForSeq2SeqLM

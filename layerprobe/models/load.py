@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.models.device_map import fit_device_map, input_device, placement_kwargs
@@ -38,6 +40,18 @@ class LoadedModel:
     new_head: list[str] = field(default_factory=list)  # head weights missing from the checkpoint (randomly initialized)
     gguf: dict | None = None  # a GGUF source: file, sha256, architecture, quantization, dequantized_to
     quantization: dict | None = None  # quantized weights: method (bitsandbytes, gptq, awq), bits, on_load
+    use_cache: list = field(default_factory=list)  # (config, the checkpoint's own use_cache), turned off for probing
+
+    @contextlib.contextmanager
+    def as_saved(self) -> Iterator[None]:
+        """The configs as the checkpoint had them (use_cache back on where it was), restored to probing on exit."""
+        for config, value in self.use_cache:
+            config.use_cache = value
+        try:
+            yield
+        finally:
+            for config, _ in self.use_cache:
+                config.use_cache = False
 
     def fingerprint(self) -> str | None:
         """What identifies the weights: a GGUF file's sha256, a local folder's weights fingerprint, None for the hub."""
@@ -244,8 +258,7 @@ def load_model(
     else:
         model.to(device)
     model.eval()
-    for config_of in {id(c): c for c in _configs(model)}.values():
-        config_of.use_cache = False  # no KV caches while probing or scoring (a T5 decoder reads its own copy)
+    saved_use_cache = _caches_off(model)
     missing = sorted(info.get("missing_keys", ()))
     absent = measured_weights(model, missing)
     if absent and not allow_missing:
@@ -261,7 +274,18 @@ def load_model(
                              "config.json, or re-save the checkpoint.")
     prefix = getattr(model, "base_model_prefix", "")
     new_head = [k for k in missing if k not in absent and prefix and not k.startswith(prefix + ".")]
-    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf, quantization)
+    return LoadedModel(model, tokenizer, spec, source, path, revision, dtype, device, new_head, gguf, quantization,
+                       saved_use_cache)
+
+
+def _caches_off(model: Any) -> list:
+    """No KV caches while probing or scoring (a T5 decoder reads its own config copy); returns (config, its own
+    use_cache) for each, so an export writes the config as the checkpoint had it."""
+    saved = []
+    for config_of in {id(c): c for c in _configs(model)}.values():
+        saved.append((config_of, getattr(config_of, "use_cache", None)))
+        config_of.use_cache = False
+    return saved
 
 
 def blocks_beyond_config(model: Any, unexpected: Any) -> tuple[str, int, int] | None:
