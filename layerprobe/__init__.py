@@ -1,5 +1,15 @@
-"""layerprobe: which layers of a transformer actually work."""
+"""layerprobe: which layers of a transformer actually work.
 
+The library is what the CLI runs: each command is one function taking its settings dataclass, returning a
+RunResult (the run folder, its tables as DataFrames, the summary), and raising LayerprobeError with a one-line
+message on bad input. Names are imported on first use, so `import layerprobe` stays light.
+
+    from layerprobe import AngularConfig, DataOptions, ModelOptions, angular
+    run = angular(AngularConfig(model=ModelOptions("minilm"), data=DataOptions("builtin", tokens=16384)))
+    run.layers  # layers.csv as a DataFrame
+"""
+
+import importlib as _importlib
 import sys as _sys
 from importlib import metadata as _metadata
 
@@ -13,4 +23,39 @@ if "transformers" in _sys.modules:
     # (Otherwise layerprobe.models.inhouse registers them when imported; load_model always does.)
     import layerprobe.models.inhouse  # noqa: F401
 
-__all__ = ["__version__"]
+# public name -> "module:attribute": the commands, their settings, the run records and the error type
+_API = {
+    "angular": "layerprobe.commands.angular:run_angular",
+    "prune": "layerprobe.commands.prune.run:run_prune",
+    "curve": "layerprobe.commands.prune.curve:run_curve",
+    "gradnorm": "layerprobe.commands.gradnorm.run:run_gradnorm",
+    "export": "layerprobe.commands.export:run_export",
+    "toy": "layerprobe.commands.toy:run_toy",
+    "merge": "layerprobe.commands.prune.merge:merge_shards",
+    "compare": "layerprobe.runs.compare:compare_folders",
+    "load_run": "layerprobe.runs.read:load_run",
+    "Run": "layerprobe.runs.read:Run",
+    "RunResult": "layerprobe.runs.write:RunResult",
+    "LayerprobeError": "layerprobe.errors:LayerprobeError",
+    "resolve": "layerprobe.settings:resolve",
+    "validate": "layerprobe.settings:validate",
+    **{name: f"layerprobe.config:{name}" for name in (
+        "AngularConfig", "PruneConfig", "CurveSettings", "GradnormConfig", "TrainSettings", "ExportConfig",
+        "ToyConfig", "ModelOptions", "DataOptions")},
+}
+
+
+def __getattr__(name: str):
+    if name in _API:
+        module, attribute = _API[name].split(":")
+        value = getattr(_importlib.import_module(module), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'layerprobe' has no attribute '{name}'")
+
+
+def __dir__():
+    return sorted([*globals(), *_API])
+
+
+__all__ = ["__version__", *_API]

@@ -1,0 +1,49 @@
+"""The library API is what the CLI runs: `from layerprobe import ...`, typed settings in, DataFrames out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+
+def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
+    """angular through the public names, against a naive float64 arccos of HF's own hidden states (block inputs
+    0..L-1) on the same packed tokens; the run reads back with load_run; bad input raises LayerprobeError."""
+    import transformers
+
+    import layerprobe
+    from layerprobe import AngularConfig, DataOptions, LayerprobeError, ModelOptions, angular, load_run
+    from layerprobe.data.corpora import open_corpus
+    from layerprobe.data.packing import batches
+
+    folder = model_dirs["llama"]
+    config = AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
+                           data=DataOptions(str(corpus_file), "text", 128, 32, 2), out=str(tmp_path / "run"),
+                           lens_tokens=0)
+    run = angular(config)
+    assert run.folder == tmp_path / "run" and set(run.tables) == {"angular", "layers"}
+    model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    sums, count = [0.0] * 3, 0
+    for batch in batches(open_corpus(str(corpus_file)).texts(), tok, 32, 2, 128):
+        with torch.no_grad():
+            states = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           output_hidden_states=True).hidden_states
+        keep = batch.attention_mask.flatten().bool()
+        for layer in range(3):
+            a, b = (states[i].reshape(-1, states[i].shape[-1])[keep].double() for i in (layer, layer + 1))
+            cos = torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)
+            sums[layer] += float(torch.arccos(cos).sum() / math.pi)
+        count += int(keep.sum())
+    table = run.angular
+    for layer in range(3):
+        got = float(table[(table["layer"] == layer) & (table["n"] == 1)]["distance"].iloc[0])
+        assert got == pytest.approx(sums[layer] / count, abs=1e-6)
+    back = load_run(run.folder)
+    assert back.command == "angular" and back.summary["schema_version"] == 1
+    assert back.tables["angular"].equals(run.angular)
+    with pytest.raises(LayerprobeError):
+        angular(AngularConfig(model=ModelOptions(str(tmp_path / "missing")), data=config.data))
+    assert {"angular", "prune", "curve", "gradnorm", "export", "toy", "load_run", "LayerprobeError"} <= set(dir(layerprobe))
