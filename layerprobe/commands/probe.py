@@ -23,6 +23,7 @@ class Probe:
     corpus: Any  # data.corpora.Corpus, None when the command needs no probe corpus (lm-eval, squad)
     seq_len: int  # the packed sequence length in use (the asked one, capped at the model's maximum)
     warnings: list[str] = field(default_factory=list)
+    _placement: dict | None = field(default=None, repr=False)
 
     @property
     def model(self) -> Any:
@@ -47,6 +48,18 @@ class Probe:
                     "weights": loaded.fingerprint(), "stack": self.stack_name(), "quantization": loaded.quantization}
         return identity(config) | {f"resolved.{k}": v for k, v in resolved.items()}
 
+    def placement(self) -> dict:
+        """Where the blocks normalize (models/norms.py: pre, post, peri, mix or unknown), read once from a forward."""
+        if self._placement is None:
+            from layerprobe.models.norms import block_placements, model_placement
+
+            try:
+                per_block = block_placements(self.model, self.stack)
+            except Exception:  # a model whose plain forward needs more than token ids (images): not read
+                per_block = ["unknown"] * len(self.stack)
+            self._placement = {"placement": model_placement(per_block), "placement_by_layer": per_block}
+        return self._placement
+
     def stack_name(self) -> str | None:
         """encoder, decoder, language or vision in a model with several stacks; None in a model with one."""
         return stack_name(self.stack.path) if len(find_stacks(self.model)) > 1 else None
@@ -67,6 +80,7 @@ class Probe:
             "stack": self.stack_name(),
             "num_layers": len(self.stack),
             "layer_types": layer_kinds(self.model, self.stack),
+            **self.placement(),
             "dtype": loaded.dtype,
             "device": loaded.device,
         }

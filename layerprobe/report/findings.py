@@ -43,6 +43,11 @@ def _where(layers: list[int], chosen: list[int], what: str) -> str:
             f"the {' and '.join(thirds)} third{'s' if len(thirds) > 1 else ''} of the stack.")
 
 
+PLACEMENT_WORDS = {"pre": "Pre-LN (a norm before each sub-layer)", "post": "Post-LN (the residual sum normalized)",
+                   "peri": "Peri-LN (norms before and after each sub-layer, the residual left unnormalized)",
+                   "mix": "Mix-LN (Post-LN blocks first, then Pre-LN)", "unknown": "not recognized"}
+
+
 def angular_findings(run: Run) -> list[str]:
     table = run.tables["angular"]
     one = table[table["n"] == 1].sort_values("layer")
@@ -57,6 +62,8 @@ def angular_findings(run: Run) -> list[str]:
                + "; most change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[::-1][:3]) + ".")
     out.append(_where(layers, [layer for _, layer in order[:3]], "The three layers that change the representation "
                       "least"))
+    if run.summary.get("placement"):
+        out.append(f"Normalization read from the blocks: {PLACEMENT_WORDS.get(run.summary['placement'], 'unknown')}.")
     early, late = _halves(values)
     if late < 0.8 * early:
         out.append(f"Deep layers change the representation less than early ones (mean d(l, 1) {late:.3f} in the "

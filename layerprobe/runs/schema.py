@@ -41,6 +41,9 @@ MODEL = (  # what the loaded model was: commands/probe.Probe.facts
     Key("stack", S, "encoder, decoder, language or vision in a model with several stacks", optional=True),
     Key("num_layers", I, "blocks in the stack"),
     Key("layer_types", L, "the kind of each block (attention, mamba, sliding_attention, ...)", optional=True),
+    Key("placement", S, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
+        "unknown", required=False),
+    Key("placement_by_layer", L, "the placement of each block", required=False),
     Key("dtype", S, "the dtype the model ran in"),
     Key("device", S, "the device the model ran on"),
 )
@@ -69,6 +72,9 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("shared_prefix", D, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "
         "budget_gib), null when each variant ran on its own", required=False, optional=True),
     Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
+    Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
+        optional=True),
+    Key("splits", D, "lm-eval: per task, the split scored and its documents", required=False),
     Key("shard", D, "--shard K/N: index, count, sweep_variants, variants", required=False),
 )
 PRUNE_COMMON = (

@@ -186,7 +186,11 @@ class HarnessSweep:
         include_path = config.include_path
         if config.mmlu_data is not None:
             include_path = self._local_mmlu(config)
-        self.harness = HarnessTask(config.task, include_path, config.num_fewshot, config.limit).build()
+        from layerprobe.evaluation.local_data import default_task_data
+
+        self.task_data = None if config.mmlu_data else default_task_data(config.task_data)
+        self.harness = HarnessTask(config.task, include_path, config.num_fewshot, config.limit,
+                                   task_data=self.task_data).build()
 
     def _local_mmlu(self, config: PruneConfig) -> str:
         """lm-eval's MMLU tasks over the named local file, written to a folder that lives as long as the sweep."""
@@ -244,7 +248,8 @@ class HarnessSweep:
     def facts(self, job: SweepJob) -> dict:
         return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
                 "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
-                "mmlu_data": self.config.mmlu_data}
+                "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
+                "splits": self.harness.splits}
 
 
 SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSweep}

