@@ -68,6 +68,7 @@ def test_cached_and_direct_gguf_give_the_same_numbers_and_the_cache_is_reused(ca
     assert summary["gguf"]["quantization"] == "F32+Q4_1+Q8_0" and summary["gguf"]["architecture"] == "llama"
     assert summary["gguf"]["dequantized_to"] == "float32" and summary["num_layers"] == 30
     assert summary["architecture"] == "LlamaForCausalLM"  # with its head: the logit lens reads through it
+    assert summary["placement"] == "pre"  # read from the blocks of the real SmolLM2: Pre-LN
 
 
 def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
