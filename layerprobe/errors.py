@@ -61,3 +61,12 @@ def all_checks(*checks):
         error.problems = problems
         raise error from None
     return results
+
+
+def numerics_fix(dtype: str | None) -> str:
+    """The fix for a NaN or infinite number at `dtype`: a wider dtype, unless the run is float32 already, where it
+    is the checkpoint (or its input) that is broken."""
+    if str(dtype).replace("torch.", "") in ("float32", "float64"):
+        return ("this is float32 already, so the checkpoint's weights (or the text) produce it: check the checkpoint "
+                "(e.g. load it with transformers and run one forward)")
+    return "the activations overflow this dtype; run with --dtype float32"

@@ -11,7 +11,7 @@ from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
-from layerprobe.errors import ConfigError, NumericsError, RunError
+from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
 from layerprobe.metrics.lens import LensAccumulator
@@ -62,8 +62,8 @@ def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
     if len(bad):
         layer = int(bad[0])
         where = f"the input of block {layer}" if layer < len(accumulator.norm_sum) - 1 else "the last block's output"
-        raise NumericsError(f"{where.capitalize()} is NaN or infinite in batch {batch} at {dtype}: the activations "
-                            "overflow this dtype; run with --dtype float32 (or bfloat16).")
+        raise NumericsError(f"{where.capitalize()} is NaN or infinite in batch {batch} at {dtype}: "
+                            f"{numerics_fix(dtype)}.")
 
 
 def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any, routing: Any) -> tuple[list, dict]:

@@ -179,6 +179,9 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
     overwrite/resume; with those, a folder another live process is writing is an error. resume: the folder must
     exist already. An unwritable path is a one-line error before any work."""
     path = Path(out)
+    if not path.name:  # '.', '..', '/': a timestamped sibling needs a name, so the folder is named by its own path
+        path = path.resolve()
+        out = str(path)
     if resume and not path.is_dir():
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     if path.exists() and not path.is_dir():

@@ -47,6 +47,12 @@ ROW_KEYS = {"angular.csv": ("layer", "n"), "layers.csv": ("layer",), "prune.csv"
             "gradnorm.csv": ("norm", "step", "layer", "kind", "module"), "variance.csv": ("norm", "step", "layer")}
 FINITE = {"angular.csv": ("distance",), "prune.csv": ("pruned", "delta"), "scores.csv": ("pruned",),
           "gradnorm.csv": ("grad_norm",)}
+# the columns that hold numbers (NaN allowed where FINITE does not say otherwise)
+NUMERIC = {"angular.csv": ("layer", "n", "distance", "tokens"), "layers.csv": ("layer", "norm", "variance"),
+           "prune.csv": ("layer", "block", "baseline", "pruned", "delta"),
+           "scores.csv": ("layer", "block", "baseline", "pruned", "delta"),
+           "curve.csv": ("k", "fraction", "baseline", "score", "delta"),
+           "gradnorm.csv": ("layer", "grad_norm", "step"), "variance.csv": ("layer", "variance", "step")}
 
 
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
@@ -62,6 +68,12 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
                        "restore the file.")
     if table.empty:
         raise RunError(f"'{csv}' holds no rows: re-run the command.")
+    import pandas as pd
+
+    for column in NUMERIC.get(csv.name, ()):
+        if column in table.columns and not pd.api.types.is_numeric_dtype(table[column]):
+            raise RunError(f"'{csv}' has a value in {column} that is not a number: re-run the command, or restore "
+                           "the file.")
     keys = [k for k in ROW_KEYS.get(csv.name, ()) if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
         row = table[table.duplicated(subset=keys)].iloc[0]

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from layerprobe.errors import NumericsError
+from layerprobe.errors import NumericsError, numerics_fix
 from layerprobe.hooks import GradientCapture
 from layerprobe.metrics.gradients import GradSquares, input_grad_norm, output_variance
 from layerprobe.models.training import lm_loss
@@ -66,6 +66,7 @@ def _layer_rows(batch: int, layer: int, squares: Any, capture: GradientCapture, 
                  "variance": output_variance(output, mask.to(output.device))})
     bad = next((r for r in rows if not math.isfinite(r.get("grad_norm", r.get("variance")))), None)
     if bad is not None:
+        dtype = str(output.dtype) if output is not None else None
         raise NumericsError(f"The {bad['kind']} {bad['module']} of block {layer} is NaN or infinite in batch {batch}: "
-                            "the model overflows its dtype; run with --dtype float32.")
+                            f"{numerics_fix(dtype)}.")
     return rows

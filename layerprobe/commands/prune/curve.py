@@ -21,7 +21,8 @@ from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angula
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
-from layerprobe.errors import ConfigError, NumericsError, RunError
+from layerprobe.models.layers import is_encoder
+from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
 from layerprobe.evaluation.metric import tolerance_edge, within
 from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import PARTS, Variant
@@ -111,7 +112,7 @@ def greedy_sets(job: SweepJob, k_max: int, progress: Progress) -> dict[int, list
         values = {c: finish(metric, *sums.variants[v.label]) for c, v in candidates.items()}
         if not all(math.isfinite(v) for v in values.values()):
             raise NumericsError(f"The greedy strategy's {metric} is NaN or infinite at step {len(chosen) + 1} at "
-                                f"{probe.loaded.dtype}: run with --dtype float32.")
+                                f"{probe.loaded.dtype}: {numerics_fix(probe.loaded.dtype)}.")
         chosen.append(min(values, key=lambda c: (values[c], c)))
         ledger.save_state(greedy=chosen)
     progress("greedy steps", k_max, k_max)
@@ -204,6 +205,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         check_resume(Path(out), "curve", config, finished_resumes=True)
     task, probe = open_sweep(config, need_corpus=bool({"greedy", "angular", "bi"} & set(settings.strategies)))
     warnings = probe.warnings + task.check(probe)
+    if "greedy" in settings.strategies and is_encoder(probe.model):
+        raise ConfigError(f"--strategies greedy picks layers by {settings.greedy_metric}, which needs a causal LM, and "
+                          f"'{probe.loaded.spec}' is an encoder: drop greedy (angular, bi and last need no LM head).")
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)

@@ -11,7 +11,7 @@ from typing import Any
 from layerprobe.commands.prune.outputs import check_metric
 from layerprobe.config import PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
-from layerprobe.errors import ConfigError, NumericsError, TaskError
+from layerprobe.errors import ConfigError, NumericsError, TaskError, numerics_fix
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
@@ -78,12 +78,12 @@ def _check_finite(sums: Sums, metric: str, batch: int, dtype: str) -> None:
     import math
 
     if not math.isfinite(sums.baseline[0]):
-        raise NumericsError(f"The unpruned model's {metric} is NaN or infinite in batch {batch} at {dtype}: the "
-                            "activations overflow this dtype; run with --dtype float32 (or bfloat16).")
+        raise NumericsError(f"The unpruned model's {metric} is NaN or infinite in batch {batch} at {dtype}: "
+                            f"{numerics_fix(dtype)}.")
     bad = next((label for label, (total, _) in sums.variants.items() if not math.isfinite(total)), None)
     if bad is not None:
         raise NumericsError(f"Removing layer(s) {bad} gives a NaN or infinite {metric} in batch {batch} at {dtype}: "
-                            "run with --dtype float32 (finished batches are saved: a run in float32 starts anew).")
+                            f"{numerics_fix(dtype)}.")
 
 
 class TaskfreeSweep:

@@ -1,5 +1,6 @@
-"""export never deletes what it did not make: the source, its parents, the working directory, foreign folders; one
-writer per --out (two exports at once never both claim it)."""
+"""Hardening, round 3, one test per rule: nothing layerprobe did not make is deleted (the source, its parents, the
+working directory, foreign folders); one writer per --out; inputs read from disk are checked; conflicting, huge or
+meaningless options are refused; messages name the real cause."""
 
 from __future__ import annotations
 
@@ -155,3 +156,39 @@ def test_export_keeps_the_class_and_every_head(kind, tokenizer, tmp_path):
     before, after = (json.loads((f / "config.json").read_text()) for f in (source, out))
     changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
     assert changed <= {"num_hidden_layers", "n_layer", "layer_types", "dtype", "torch_dtype"}, changed
+
+
+def test_out_dot_a_non_numeric_table_and_greedy_on_an_encoder_are_clean(model_dirs, tmp_path, monkeypatch):
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("kept")
+    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
+                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", "."])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "mine.txt").read_text() == "kept"  # the run went to a timestamped sibling, nothing replaced
+    reference = Path(__file__).resolve().parents[1] / "reports" / "demo" / "angular"
+    shutil.copytree(reference, tmp_path / "odd")
+    lines = (reference / "angular.csv").read_text().splitlines()
+    cells = lines[3].split(",")
+    cells[2] = "abc"
+    (tmp_path / "odd" / "angular.csv").write_text("\n".join([*lines[:3], ",".join(cells), *lines[4:]]) + "\n")
+    assert_error(runner.invoke(app, ["compare", str(reference), str(tmp_path / "odd")]), "is not a number")
+    assert_error(runner.invoke(app, ["prune", str(model_dirs["bert"]), "--task", "drift", "--curve", "--dataset",
+                                     "builtin", "--tokens", "64", "--seq-len", "32", "--device", "cpu", "--out",
+                                     str(tmp_path / "c")]), "--strategies greedy picks layers by kl")
+
+
+def test_nan_at_float32_names_the_checkpoint_not_the_dtype(source, tmp_path):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(str(source / "model.safetensors"))
+    key = next(k for k in weights if "layers.1." in k and k.endswith("weight") and weights[k].dim() == 2)
+    weights[key] = torch.full_like(weights[key], float("nan"))
+    save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
+    result = runner.invoke(app, ["angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                                 "--batch-size", "2", "--device", "cpu", "--dtype", "float32", "--out",
+                                 str(tmp_path / "n")])
+    assert_error(result, "this is float32 already")
+    assert "run with --dtype float32" not in result.output
