@@ -295,3 +295,21 @@ def test_a_summary_that_breaks_its_schema_is_never_written():
                    {**good, "seed": None}):
         with pytest.raises(RunError, match="breaks its schema"):
             check_summary("toy", broken)
+
+
+def test_layers_csv_is_written_as_its_column_records_say(model_dirs, corpus_file, tmp_path):
+    """layers.csv's columns, in order, are runs/columns.py's records: adding one is one record and its values."""
+    import pandas as pd
+
+    from layerprobe.commands.angular import run_angular
+    from layerprobe.runs.columns import LAYERS, names
+
+    run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                                    data=DataOptions(str(corpus_file), "text", 128, 32, 2), out=str(tmp_path / "a"),
+                                    lens_tokens=16))
+    assert list(pd.read_csv(run.folder / "layers.csv").columns) == names(LAYERS)
+    from layerprobe.report.tables import angular_table
+    from layerprobe.runs.read import load_run
+
+    shown = list(angular_table(load_run(run.folder)).columns)
+    assert shown[:2] == ["layer", "d(l, 1)"] and "lens KL" in shown and "BI" in shown

@@ -23,6 +23,8 @@ from layerprobe.models.load import peek_model_type
 from layerprobe.models.surgery import tail_only
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
+from layerprobe.runs.columns import LAYERS as LAYER_COLUMNS
+from layerprobe.runs.columns import names as column_names
 from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.manifest import start_time
@@ -53,6 +55,12 @@ class _Pass:
     lens: Any = None  # metrics.lens.LensAccumulator (causal LMs with a trained head), else None
     routing: Any = None  # metrics.router.RouterAccumulator (empty for models without experts)
 
+    def measures(self) -> dict[str, Any]:
+        """The accumulators this pass runs, by their name in the checkpoint: each has state() -> one flat tensor
+        of sums (summed over processes, saved, restored) and load_state(tensor); the pass loops over them."""
+        found = {"sums": self.accumulator, "lens": self.lens, "router": self.routing}
+        return {name: m for name, m in found.items() if m is not None and (name != "router" or bool(m))}
+
 
 def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
     """The running sums turn NaN or inf with the first non-finite block input: name that block and the batch."""
@@ -66,18 +74,16 @@ def _check_finite(accumulator: Any, batch: int, dtype: str) -> None:
                             f"{numerics_fix(dtype)}.")
 
 
-def _restore(checkpoint: PassCheckpoint | None, accumulator: Any, lens: Any, routing: Any) -> tuple[list, dict]:
+def _restore(checkpoint: PassCheckpoint | None, done: _Pass) -> tuple[list, dict]:
     """(sampled, counters) from a saved checkpoint (the sums go straight into the accumulators), or a fresh start."""
     saved = checkpoint.load() if checkpoint is not None else None
     if saved is None:
         return [], {"batches": 0, "processed": 0, "measured_before": 0}
     tensors, counters = saved
-    accumulator.load_state(tensors["sums"].to(accumulator.dist_sum.device))
-    if lens is not None:
-        lens.load_state(tensors["lens"])
-    if routing and "router" in tensors:
-        routing.load_state(tensors["router"])
-    layers = len(accumulator.norm_sum)
+    for name, measure in done.measures().items():
+        if name in tensors:
+            measure.load_state(tensors[name])
+    layers = len(done.accumulator.norm_sum)
     sampled = [(-1, [tensors[f"rank{k}"] for k in range(layers)])] if "rank0" in tensors else []
     return sampled, counters
 
@@ -88,8 +94,7 @@ def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force:
     import torch
 
     sampled = done.sampled
-    tensors = {"sums": done.accumulator.state()} | ({"lens": done.lens.state()} if done.lens is not None else {})
-    tensors |= {"router": done.routing.state()} if done.routing else {}
+    tensors = {name: measure.state() for name, measure in done.measures().items()}
     if sampled:
         tensors |= {f"rank{k}": torch.cat([part[1][k] for part in sampled]) for k in range(len(sampled[0][1]))}
     checkpoint.save(tensors, counters, force)
@@ -125,7 +130,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
     done = _Pass(accumulator, [], 0, LensAccumulator(len(probe.stack) + 1, config.lens_tokens) if lens else None)
     done.routing = RouterAccumulator(probe.model, probe.stack)
-    done.sampled, counters = _restore(checkpoint, accumulator, done.lens, done.routing)
+    done.sampled, counters = _restore(checkpoint, done)
     sampled = done.sampled
     processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
     # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
@@ -211,11 +216,8 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
                       "tokens", f"ask for at least {world.size * per_batch} --tokens or run fewer processes")
     reset_peak_memory(probe.device)
     done = _measure(config, probe, world, progress, checkpoint, lens)
-    done.accumulator.load_state(world.sum(done.accumulator.state()))  # one all-reduce: the single-process sums
-    if done.lens is not None:
-        done.lens.load_state(world.sum(done.lens.state()))
-    if done.routing:
-        done.routing.load_state(world.sum(done.routing.state()))
+    for measure in done.measures().values():  # one all-reduce each: the sums a single process would have
+        measure.load_state(world.sum(measure.state()))
     parts = sorted((p for rank_parts in world.gather(done.sampled) for p in rank_parts), key=lambda p: p[0])
     warnings = list(probe.warnings)
     if done.processed == 0:
@@ -278,27 +280,22 @@ def angular_tables(stats: Any, ranks: list[float] | None = None, lens: Any = Non
             for layer in range(num_layers - n + 1)
         ]
     )
-    layers = pd.DataFrame(
-        {
-            "layer": range(num_layers + 1),
-            "norm": stats.norm.numpy(),
-            "variance": stats.variance.numpy(),
-            "distance_next": [distance[i, i + 1] for i in range(num_layers)] + [np.nan],
-            "cos_input": stats.cos_input.numpy(),
-            "tokens": stats.tokens,
-            "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
-            # ShortGPT's Block Influence of block l: 1 - mean cos(x_l, x_{l+1}), every measured position
-            "block_influence": ([1.0 - c for c in stats.cos_next.tolist()] if stats.cos_next is not None
-                                else [np.nan] * num_layers) + [np.nan],
-            # mean KL(p_L || p_l): what the model's own final norm and head read from x_l, vs its output
-            "logit_lens_kl": lens if lens is not None else [np.nan] * (num_layers + 1),
-            # the kind of block l (attention, mamba, sliding_attention, ...): hybrids show which kind is redundant
-            "layer_type": (list(kinds) if kinds else [""] * num_layers) + [""],
-            # mixture of experts: mean routing entropy / ln E, and the evenness of the experts' top-k load
-            "router_entropy": (list(routing[0]) if routing else [np.nan] * num_layers) + [np.nan],
-            "expert_load": (list(routing[1]) if routing else [np.nan] * num_layers) + [np.nan],
-        }
-    )
+    values = {  # one entry per layers.csv column (runs/columns.py: order, meaning, unit)
+        "layer": list(range(num_layers + 1)),
+        "layer_type": (list(kinds) if kinds else [""] * num_layers) + [""],
+        "distance_next": [distance[i, i + 1] for i in range(num_layers)] + [np.nan],
+        "norm": stats.norm.numpy(),
+        "variance": stats.variance.numpy(),
+        "cos_input": stats.cos_input.numpy(),
+        "tokens": stats.tokens,
+        "effective_rank": ranks if ranks is not None else [np.nan] * (num_layers + 1),
+        "block_influence": ([1.0 - c for c in stats.cos_next.tolist()] if stats.cos_next is not None
+                            else [np.nan] * num_layers) + [np.nan],
+        "logit_lens_kl": lens if lens is not None else [np.nan] * (num_layers + 1),
+        "router_entropy": (list(routing[0]) if routing else [np.nan] * num_layers) + [np.nan],
+        "expert_load": (list(routing[1]) if routing else [np.nan] * num_layers) + [np.nan],
+    }
+    layers = pd.DataFrame({name: values[name] for name in column_names(LAYER_COLUMNS)})
     return angular, layers
 
 

@@ -90,6 +90,7 @@ class AngularAccumulator:
         k = self.num_states
         if flat.numel() != k * k + 4 * k:
             raise ValueError(f"saved sums hold {flat.numel()} values, not the {k * k + 4 * k} of {k} states")
+        flat = flat.to(self.dist_sum.device)
         self.dist_sum = flat[: k * k].view(k, k).clone()
         self.norm_sum, self.var_sum, self.cos0_sum = (flat[k * k + i * k : k * k + (i + 1) * k].clone() for i in range(3))
         self.cos_next_sum = flat[k * k + 3 * k : k * k + 4 * k - 1].clone()

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprobe.runs.columns import LAYERS
 from layerprobe.runs.read import Run
 
 
 def angular_table(run: Run) -> Any:
+    """layers.csv as the report prints it (runs/columns.py): layer, the kind where kinds differ, the columns every
+    run measures, then the optional ones this run has."""
     layers = run.tables["layers"]
-    extra = [c for c in ("effective_rank", "block_influence", "logit_lens_kl", "router_entropy", "expert_load")
-             if c in layers and layers[c].notna().any()]
-    kinds = ["layer_type"] if "layer_type" in layers and layers["layer_type"].dropna().nunique() > 1 else []
-    return layers[["layer", *kinds, "distance_next", "norm", "cos_input", *extra]].rename(
-        columns={"layer_type": "kind", "distance_next": "d(l, 1)", "block_influence": "BI", "logit_lens_kl": "lens KL",
-                 "router_entropy": "router H", "expert_load": "load"})
+    shown = [c for c in LAYERS if c.label != "" and c.name in layers]
+    kinds = [c.name for c in shown if c.name == "layer_type" and layers[c.name].dropna().nunique() > 1]
+    core = sorted((c.name for c in shown if not c.optional and c.name != "layer"),
+                  key=lambda name: name != "distance_next")  # d(l, 1) first: what the plot shows
+    extra = [c.name for c in shown if c.optional and c.name != "layer_type" and layers[c.name].notna().any()]
+    labels = {c.name: c.label for c in shown if c.label}
+    return layers[["layer", *kinds, *core, *extra]].rename(columns=labels)
 
 
 def prune_table(run: Run) -> Any:

@@ -183,7 +183,9 @@ def render_outputs() -> str:
             note = "" if key.required else " (some runs)"
             lines.append(f"| `{key.name}` | {kind} | {key.meaning}{note} |")
         lines.append("")
-    return "\n".join(lines)
+    from layerprobe.runs.columns import render_columns
+
+    return "\n".join(lines) + "\n# CSV columns\n\n" + render_columns()
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from layerprobe.errors import ConfigError, RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
+from layerprobe.runs.columns import signals
 from layerprobe.runs.folder import model_label, read_json
 from layerprobe.runs.write import RunResult, write_run
 
@@ -67,7 +68,7 @@ def _angular_distance(angular_dir: Path, layers: Any, block: int) -> np.ndarray:
 
 
 # The cheap per-layer signals of an angular run's layers.csv, correlated with the measured dP of one-layer sweeps
-CHEAP_SIGNALS = {"block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}  # (d(l, 1): "angular")
+CHEAP_SIGNALS = signals()  # layers.csv column -> its legend name (runs/columns.py); d(l, 1) is "angular"
 
 
 def cheap_signals(angular_dir: Path, layers: Any, num_layers: int) -> dict[str, np.ndarray]:
