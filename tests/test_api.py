@@ -47,3 +47,25 @@ def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
     with pytest.raises(LayerprobeError):
         angular(AngularConfig(model=ModelOptions(str(tmp_path / "missing")), data=config.data))
     assert {"angular", "prune", "curve", "gradnorm", "export", "toy", "load_run", "LayerprobeError"} <= set(dir(layerprobe))
+
+
+def test_no_hook_outlives_the_command_that_loaded_the_model(tokenizer, corpus_file, tmp_path):
+    """An encoder-decoder gets a decoder-input hook while it is measured; when the command returns it is gone."""
+    import transformers
+
+    from layerprobe import AngularConfig, DataOptions, ModelOptions, angular, scoped
+    from layerprobe.models.load import load_model
+
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=len(tokenizer), d_model=32, d_ff=64, num_layers=2, num_heads=4,
+                                   d_kv=8, decoder_start_token_id=0, pad_token_id=0)
+    transformers.T5ForConditionalGeneration(config).save_pretrained(tmp_path / "t5")
+    tokenizer.save_pretrained(tmp_path / "t5")
+    loaded = load_model(str(tmp_path / "t5"), dtype="float32", device="cpu")
+    assert len(scoped._live) == 1 and loaded.model._forward_pre_hooks  # a bare load keeps it: the caller's model
+    scoped.release()
+    assert not loaded.model._forward_pre_hooks
+    angular(AngularConfig(model=ModelOptions(str(tmp_path / "t5"), "float32", "cpu", stack="encoder"),
+                          data=DataOptions(str(corpus_file), "text", 64, 16, 2), out=str(tmp_path / "run"),
+                          lens_tokens=0))
+    assert scoped._live == []

