@@ -192,3 +192,45 @@ def test_nan_at_float32_names_the_checkpoint_not_the_dtype(source, tmp_path):
                                  str(tmp_path / "n")])
     assert_error(result, "this is float32 already")
     assert "run with --dtype float32" not in result.output
+
+
+def test_a_checkpoint_with_its_own_code_runs_and_exports_with_trust_remote_code(tokenizer, tmp_path):
+    """Custom code that maps only its LM class: angular measures its base model; export saves the code beside the
+    weights and reloads through the Auto class its config maps (the user trusted the code to export it)."""
+    import shutil
+    import sys
+
+    import torch
+    import transformers
+
+    code = ("from transformers import LlamaConfig, LlamaForCausalLM\n\n\nclass CustomConfig(LlamaConfig):\n"
+            "    model_type = 'custom_llama'\n\n\nclass CustomForCausalLM(LlamaForCausalLM):\n"
+            "    config_class = CustomConfig\n")
+    (tmp_path / "modeling_custom.py").write_text(code)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from modeling_custom import CustomConfig, CustomForCausalLM
+    finally:
+        sys.path.remove(str(tmp_path))
+    torch.manual_seed(0)
+    config = CustomConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2)
+    config.auto_map = {"AutoConfig": "modeling_custom.CustomConfig",
+                       "AutoModelForCausalLM": "modeling_custom.CustomForCausalLM"}
+    folder = tmp_path / "custom"
+    CustomForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    shutil.copy(tmp_path / "modeling_custom.py", folder)
+    common = ["--device", "cpu", "--dtype", "float32"]
+    assert_error(runner.invoke(app, ["angular", str(folder), "--dataset", "builtin", "--out", str(tmp_path / "a")]),
+                 "pass --trust-remote-code")
+    result = runner.invoke(app, ["angular", str(folder), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                                 "--trust-remote-code", *common, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["export", str(folder), "--remove", "0", "--trust-remote-code", *common,
+                                 "--out", str(tmp_path / "e")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "e" / "modeling_custom.py").is_file()
+    record = json.loads((tmp_path / "e" / "layerprobe-removal.json").read_text())
+    assert record["loads_with"] == "transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)"
+    assert record["verified_max_difference"] is not None and record["verified_max_difference"] < 1e-4

@@ -35,5 +35,5 @@ def export(
                   f"(batch {gain['timing_batch'][0]} x {gain['timing_batch'][1]}, median of {gain['timing_repeats']}, "
                   f"{done['device']})", highlight=False)
     if done["verified_max_difference"] is not None:
-        out.print(f"verified: reloaded with transformers.{done['architecture']}, largest output difference "
+        out.print(f"verified: reloaded with {done['loads_with'].split('.from_pretrained')[0]}, largest output difference "
                   f"{done['verified_max_difference']:.2g}", highlight=False)

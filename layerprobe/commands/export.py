@@ -139,12 +139,41 @@ def _output(model: Any, batch: Any) -> Any:
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
+def loader(folder: Path, head_class: str) -> Any:
+    """The class that loads the export: transformers' own, or for a checkpoint with its own code the Auto class
+    its config.json maps to that code (the code is saved beside the weights)."""
+    import transformers
+
+    if hasattr(transformers, head_class):
+        return getattr(transformers, head_class)
+    auto_map = json.loads((folder / "config.json").read_text()).get("auto_map") or {}
+    for name, target in auto_map.items():
+        if str(target).endswith("." + head_class) and hasattr(transformers, name):
+            return getattr(transformers, name)
+    raise ArchitectureError(f"The export's class {head_class} is neither in transformers nor in its config's "
+                            "auto_map: it cannot be reloaded with plain transformers.")
+
+
+def _loads_with(model: Any, head_class: str) -> str:
+    """How the export loads, for the record: the class in transformers, or the Auto class its own code maps."""
+    import transformers
+
+    if hasattr(transformers, head_class):
+        return f"transformers.{head_class}.from_pretrained(folder)"
+    auto = next((name for name, target in (getattr(model.config, "auto_map", None) or {}).items()
+                 if str(target).endswith("." + head_class)), "AutoModel")
+    return f"transformers.{auto}.from_pretrained(folder, trust_remote_code=True)"
+
+
+def remote(folder: Path) -> dict:
+    """trust_remote_code for an export whose config maps custom code (the user trusted it to export it)."""
+    return {"trust_remote_code": True} if json.loads((folder / "config.json").read_text()).get("auto_map") else {}
+
+
 def _verify(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
     """Reload the exported folder with plain transformers: the largest difference of its output to `want`, the
     output of the model pruned in place (blocks removed, or sub-layers removed by hooks)."""
-    import transformers
-
-    reloaded = getattr(transformers, head_class).from_pretrained(folder, dtype=dtype).eval().to(batch.device)
+    reloaded = loader(folder, head_class).from_pretrained(folder, dtype=dtype, **remote(folder)).eval().to(batch.device)
     return float((want.float() - _output(reloaded, batch).float()).abs().max())
 
 
@@ -185,7 +214,7 @@ def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str
         "removed": ids, "removed_label": ranges_label(ids), "kept": keep, "convention": CONVENTION,
         "zeroed_parameters": zeroed, "from_curve": config.from_curve, "strategy": config.strategy if config.from_curve else None,
         "dtype": loaded.dtype, "device": loaded.device, "verified_max_difference": difference, "gain": gain,
-        "loads_with": f"transformers.{head_class}.from_pretrained(folder)",
+        "loads_with": _loads_with(loaded.model, head_class),
     }
 
 

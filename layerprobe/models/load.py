@@ -340,8 +340,12 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
     """from_pretrained with loading info; each way it fails becomes one line naming the fix."""
     import torch
 
+    cls = auto_class(head, config)
+    auto_map = getattr(config, "auto_map", None) or {}
+    if head == "base" and auto_map and cls.__name__ not in auto_map and "AutoModelForCausalLM" in auto_map:
+        cls = auto_class("causal-lm", config)  # custom code that maps only its LM class: its base model is inside
     try:
-        return auto_class(head, config).from_pretrained(
+        return cls.from_pretrained(
             where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
         )
     except Exception as exc:  # torch, safetensors and transformers each raise their own types here
