@@ -371,6 +371,13 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
                 f"The weights of '{spec}' are a pickle holding more than tensors, and layerprobe never unpickles "
                 "those (weights_only=True): use the checkpoint's safetensors files, or re-save it from code you trust."
             ) from None
+        saved = getattr(config, "quantization_config", None)
+        method = (saved.get("quant_method") if isinstance(saved, dict) else getattr(saved, "quant_method", None))
+        if method is not None:  # the quantization, not the files, is the likely cause: say which
+            raise ModelLoadError(
+                f"Could not load '{spec}', saved quantized with '{method}': {first_line(exc)}. Install what "
+                f"transformers needs for {method} (its docs name the package), or use the unquantized checkpoint."
+            ) from None
         raise ModelLoadError(
             f"Could not load the weights of '{spec}': {first_line(exc)}. Re-save the checkpoint "
             "or re-download it."
