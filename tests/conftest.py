@@ -9,7 +9,16 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_VERBOSITY"] = "error"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+# The suite's own cache (GGUF conversions, the assembled Gemma 3): never the user's ~/.cache/layerprobe, one
+# conversion per run shared by the tests that do not make a cache of their own
+_CACHE = tempfile.mkdtemp(prefix="layerprobe-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -80,3 +89,10 @@ def corpus_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("data") / "corpus.txt"
     path.write_text("\n\n".join(topics[k] for k in sorted(topics)[:20]), encoding="utf-8")
     return path
+
+
+@pytest.fixture(autouse=True)
+def _own_working_directory(tmp_path_factory, monkeypatch):
+    """Every test runs in a working directory of its own: a default run folder (reports/<model>/...) never lands
+    in the clone."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
