@@ -14,6 +14,7 @@ from typing import Any
 
 from layerprobe.errors import ConfigError
 from layerprobe.settings import project_keys, setting
+from layerprobe.strategies import NAMES, STRATEGIES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 STACKS = ("language", "vision", "encoder", "decoder")
@@ -23,7 +24,7 @@ NORM_TYPES = ("rmsnorm", "layernorm")
 PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
 POSITIONS = ("all", "last")
 FORMATS = ("png", "svg", "pdf")
-CURVE_STRATEGIES = ("angular", "bi", "greedy", "last")
+CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 
 # the options every run folder has: where it goes and how it is drawn, never what it measures
@@ -122,9 +123,8 @@ class CurveSettings:
     """`prune --curve`: for k = 1..max_removed, the k layers each strategy removes, scored on the task."""
 
     strategies: tuple[str, ...] = setting(CURVE_STRATEGIES, parse="csv", choices=CURVE_STRATEGIES,
-                                          help="--curve: comma-separated, of angular (best block of k by d(l, k)), bi "
-                                          "(k smallest Block Influence), greedy (SLEB-style, one layer at a time), "
-                                          "last (the last k).")
+                                          help="--curve: comma-separated, of " + "; ".join(
+                                              f"{s.name} ({s.meaning})" for s in STRATEGIES.values()) + ".")
     max_removed: int | None = setting(None, minimum=1, help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
     greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "

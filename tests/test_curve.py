@@ -121,8 +121,10 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
     config_args = [*args, "--out", str(tmp_path / "cut")]
     original = module.greedy_sets
 
-    def cut(job, k_max, progress):
-        return original(job, k_max, interrupt)
+    def cut(choice):
+        import dataclasses
+
+        return original(dataclasses.replace(choice, progress=interrupt))
 
     module.greedy_sets = cut
     try:

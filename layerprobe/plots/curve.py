@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-STYLE = {  # strategy -> (colour, marker): the same in every curve plot
-    "angular": ("#c0392b", "o"), "bi": ("#2e86c1", "s"), "greedy": ("#27ae60", "^"), "last": ("#7f8c8d", "v"),
-}
-LABEL = {"angular": "angular (best block of n)", "bi": "Block Influence", "greedy": "greedy", "last": "last n layers"}
-
+from layerprobe.strategies import STRATEGIES
 
 def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, edge: float, title: str) -> Any:
     """table: curve.csv rows (strategy, k, fraction, score); edge: the score at the tolerance's limit."""
@@ -19,10 +15,11 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
     ax = fig.subplots()
     fractions = [0.0, *sorted(set(table["fraction"]))]
     for strategy, rows in table.groupby("strategy", sort=False):
-        colour, marker = STYLE.get(strategy, ("black", "x"))
+        known = STRATEGIES.get(strategy)
+        colour, marker = (known.colour, known.marker) if known else ("black", "x")
         rows = rows.sort_values("k")
         ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
-                linewidth=1.4, label=LABEL.get(strategy, strategy))
+                linewidth=1.4, label=known.label if known else strategy)
     ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
     ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
     if chance is not None:

@@ -20,6 +20,7 @@ from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
+from layerprobe.strategies import STRATEGIES
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.models.layers import is_encoder
 from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
@@ -64,8 +65,20 @@ def check_strategies(settings: CurveSettings) -> None:
         raise ConfigError(f"--keep {settings.keep}: use a fraction of the baseline in (0, 1], e.g. 0.95.")
 
 
-def angular_sets(angular: Any, k_max: int) -> dict[int, list[int]]:
+@dataclasses.dataclass
+class Choice:
+    """What a strategy picks from (strategies.py: `reads`): the angular run's tables, the sweep, the sizes."""
+
+    job: SweepJob
+    num_layers: int
+    k_max: int
+    progress: Progress
+    angular: Any = None  # runs.read.Run of the angular run, for strategies that read one
+
+
+def angular_sets(choice: Choice) -> dict[int, list[int]]:
     """angular.csv (layer, n, distance) -> for each k, the block of k layers starting at argmin_l d(l, k)."""
+    angular, k_max = choice.angular.tables["angular"], choice.k_max
     sets = {}
     for k in range(1, k_max + 1):
         rows = angular[angular["n"] == k].sort_values(["distance", "layer"])
@@ -74,8 +87,9 @@ def angular_sets(angular: Any, k_max: int) -> dict[int, list[int]]:
     return sets
 
 
-def bi_sets(layers: Any, num_layers: int, k_max: int) -> dict[int, list[int]]:
+def bi_sets(choice: Choice) -> dict[int, list[int]]:
     """layers.csv's block_influence -> for each k, the k blocks of smallest influence (ties: the earlier block)."""
+    layers, num_layers, k_max = choice.angular.tables["layers"], choice.num_layers, choice.k_max
     if "block_influence" not in layers or layers["block_influence"].iloc[:num_layers].isna().any():
         raise RunError("The angular run has no block_influence column (written by an older layerprobe): run "
                        "`layerprobe angular` again, or drop bi from --strategies.")
@@ -84,14 +98,15 @@ def bi_sets(layers: Any, num_layers: int, k_max: int) -> dict[int, list[int]]:
     return {k: sorted(order[:k]) for k in range(1, k_max + 1)}
 
 
-def last_sets(num_layers: int, k_max: int) -> dict[int, list[int]]:
-    return {k: list(range(num_layers - k, num_layers)) for k in range(1, k_max + 1)}
+def last_sets(choice: Choice) -> dict[int, list[int]]:
+    return {k: list(range(choice.num_layers - k, choice.num_layers)) for k in range(1, choice.k_max + 1)}
 
 
-def greedy_sets(job: SweepJob, k_max: int, progress: Progress) -> dict[int, list[int]]:
+def greedy_sets(choice: Choice) -> dict[int, list[int]]:
     """SLEB's loop on the probe corpus: at each step, of the layers left, remove the one whose removal (with those
     already removed) gives the lowest --greedy-metric against the unpruned model; ties go to the earlier layer.
     Every step is saved: a resumed curve continues from the last finished step."""
+    job, k_max, progress = choice.job, choice.k_max, choice.progress
     config, probe, ledger = job.config, job.probe, job.ledger
     metric = config.curve.greedy_metric
     chosen: list[int] = list(ledger.state.get("greedy", []))
@@ -141,23 +156,15 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
     """strategy -> {k: ids}, and the angular run used (None when no strategy reads one)."""
     probe, num_layers = job.probe, len(job.probe.stack)
     strategies = config.curve.strategies
+    choice = Choice(job, num_layers, k_max, progress)
     angular_dir = None
-    sets: dict[str, dict[int, list[int]]] = {}
-    if {"angular", "bi"} & set(strategies):
+    if any(STRATEGIES[s].reads == "angular" for s in strategies):
         angular_dir = _angular_run(config, probe, folder, progress)
-        run = load_run(angular_dir)
-        if len(run.tables["layers"]) != num_layers + 1:
-            raise RunError(f"The angular run {angular_dir} measured {len(run.tables['layers']) - 1} layers and this "
-                           f"model has {num_layers}: pass --angular with a run of the same model.")
-        if "angular" in strategies:
-            sets["angular"] = angular_sets(run.tables["angular"], k_max)
-        if "bi" in strategies:
-            sets["bi"] = bi_sets(run.tables["layers"], num_layers, k_max)
-    if "greedy" in strategies:
-        sets["greedy"] = greedy_sets(job, k_max, progress)
-    if "last" in strategies:
-        sets["last"] = last_sets(num_layers, k_max)
-    return {s: sets[s] for s in strategies}, angular_dir
+        choice.angular = load_run(angular_dir)
+        if len(choice.angular.tables["layers"]) != num_layers + 1:
+            raise RunError(f"The angular run {angular_dir} measured {len(choice.angular.tables['layers']) - 1} layers "
+                           f"and this model has {num_layers}: pass --angular with a run of the same model.")
+    return {s: globals()[STRATEGIES[s].picks](choice) for s in strategies}, angular_dir  # each one's function
 
 
 def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int) -> Any:
@@ -203,7 +210,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     out = config.out or str(Path("reports") / slug(config.model.model) / f"curve-{slug(config.task)}{part}")
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "curve", config, finished_resumes=True)
-    task, probe = open_sweep(config, need_corpus=bool({"greedy", "angular", "bi"} & set(settings.strategies)))
+    task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
     if "greedy" in settings.strategies and is_encoder(probe.model):
         raise ConfigError(f"--strategies greedy picks layers by {settings.greedy_metric}, which needs a causal LM, and "
