@@ -21,8 +21,9 @@ from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.runs.columns import TOY, names
 
-COLUMNS = ["norm", "alpha", "layer", "hidden_norm", "cos_next", "cos_input", "effective_rank", "grad_norm"]
+COLUMNS = names(TOY)  # runs/columns.py
 # Random-walk argument for Pre-LN (see the toy-model note): ||h_l|| ~ l^(1/2), 1 - cos(h_l, h_l+1) ~ l^(-1).
 EXPECTED_PRE = {"hidden_norm": 0.5, "one_minus_cos_next": -1.0}
 

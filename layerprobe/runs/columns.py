@@ -18,11 +18,14 @@ class Column:
     label: str | None = None  # the report's header (None: the name); "" leaves it out of the report's table
     signal: str | None = None  # a cheap per-layer signal prune correlates with dP, by this name in its legend
     optional: bool = False  # measured only where it applies (NaN or empty elsewhere); the report shows it if present
+    key: bool = False  # part of what identifies a row: never twice in one file (runs/read.py checks)
+    number: bool = True  # holds numbers (NaN allowed unless `always`); read-back refuses text there
+    always: bool = False  # a number always measured: NaN there makes a run unreadable for report and --angular
 
 
 LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the input of block l (the last row: the
     # last block's output); kinds and routing describe block l itself
-    Column("layer", "l, 0-based; the last row is the last block's output"),
+    Column("layer", "l, 0-based; the last row is the last block's output", key=True),
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2", label=""),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi, mean over positions", "[0, 1]", label="d(l, 1)"),
@@ -35,19 +38,70 @@ LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the i
     Column("logit_lens_kl", "mean KL(p_L || p_l): the model's own final norm and head on x_l against its output",
            "nats", label="lens KL", signal="logit-lens KL", optional=True),
     Column("layer_type", "the kind of block l (attention, mamba, sliding_attention, ...); empty for the last row",
-           label="kind", optional=True),
+           label="kind", optional=True, number=False),
     Column("router_entropy", "mixture of experts: mean routing entropy / ln E of block l", "[0, 1]",
            label="router H", optional=True),
     Column("expert_load", "mixture of experts: evenness of the experts' top-k load in block l", "[0, 1]",
            label="load", optional=True),
 )
 ANGULAR = (  # angular.csv: one row per block of n layers starting at l
-    Column("layer", "l, the first block"),
-    Column("n", "blocks spanned"),
-    Column("distance", "d(x_l, x_l+n) = arccos(cos)/pi, mean over positions", "[0, 1]"),
+    Column("layer", "l, the first block", key=True),
+    Column("n", "blocks spanned", key=True),
+    Column("distance", "d(x_l, x_l+n) = arccos(cos)/pi, mean over positions", "[0, 1]", always=True),
     Column("tokens", "positions measured", "positions"),
 )
-TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR}
+PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
+    Column("layer", "the first removed layer"),
+    Column("block", "layers removed from it"),
+    Column("removed", "the removed layers, 0-based, inclusive ranges", key=True, number=False),
+    Column("metric", "the task's metric (lm-eval's name; acc/<subtask> for a group's members)", key=True, number=False),
+    Column("baseline", "the unpruned model's score"),
+    Column("pruned", "the score without the removed layers", always=True),
+    Column("delta", "dP = pruned - baseline", always=True),
+    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one"),
+    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one"),
+)
+CURVE = (  # curve.csv: one row per (strategy, k)
+    Column("strategy", "the strategy that chose the layers (strategies.py)", key=True, number=False),
+    Column("k", "layers removed", key=True),
+    Column("fraction", "k over the model's layers"),
+    Column("removed", "the layers it removed", number=False),
+    Column("metric", "the scored metric", key=True, number=False),
+    Column("baseline", "the unpruned model's score"),
+    Column("score", "the score without those layers"),
+    Column("delta", "score - baseline"),
+    Column("within", "the score is within the --keep tolerance", number=False),
+)
+GRADNORM = (  # gradnorm.csv: means over seeds and batches
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("layer", "block l", key=True),
+    Column("kind", "params (the block's parameters) or input (its input's gradient)", key=True, number=False),
+    Column("module", "block, or a sub-module of it", key=True, number=False),
+    Column("grad_norm", "L2 norm of the gradient, mean over seeds and batches", always=True),
+    Column("std", "its standard deviation over seeds and batches"),
+    Column("samples", "seeds x batches averaged"),
+    Column("step", "the training step measured (0: at initialization)", key=True),
+)
+TOY = (  # toy.csv: the residual-MLP model by depth
+    Column("norm", "the normalization placement", number=False),
+    Column("alpha", "the branch scale"),
+    Column("layer", "block l"),
+    Column("hidden_norm", "mean ||h_l||"),
+    Column("cos_next", "mean cos(h_l, h_l+1)"),
+    Column("cos_input", "mean cos(h_l, h_0)"),
+    Column("effective_rank", "effective rank of h_l"),
+    Column("grad_norm", "gradient norm of block l's parameters"),
+)
+VARIANCE = (  # variance.csv: the output variance of each block
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("step", "the training step measured", key=True),
+    Column("layer", "block l", key=True),
+    Column("variance", "variance of block l's output over hidden units, mean over seeds and batches"),
+    Column("std", "its standard deviation"),
+    Column("samples", "seeds x batches averaged"),
+)
+TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
+          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY}
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:
@@ -63,6 +117,8 @@ def render_columns() -> str:
     """The CSV section of docs/outputs.md."""
     lines = []
     for table, columns in TABLES.items():
+        if table == "scores.csv":
+            continue  # prune.csv's columns
         lines += [f"## `{table}`", "", "| column | meaning | unit |", "|---|---|---|"]
         lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in columns]
         lines.append("")

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError, first_line
+from layerprobe.runs.columns import TABLES
 from layerprobe.runs.folder import LOCK, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
 
@@ -41,18 +42,10 @@ class Run:
         return path if path.is_file() else None
 
 
-# What identifies a row of each CSV (never twice in a whole file), and the values that are never NaN there
-ROW_KEYS = {"angular.csv": ("layer", "n"), "layers.csv": ("layer",), "prune.csv": ("removed", "metric"),
-            "scores.csv": ("removed", "metric"), "curve.csv": ("strategy", "k", "metric"),
-            "gradnorm.csv": ("norm", "step", "layer", "kind", "module"), "variance.csv": ("norm", "step", "layer")}
-FINITE = {"angular.csv": ("distance",), "prune.csv": ("pruned", "delta"), "scores.csv": ("pruned",),
-          "gradnorm.csv": ("grad_norm",)}
-# the columns that hold numbers (NaN allowed where FINITE does not say otherwise)
-NUMERIC = {"angular.csv": ("layer", "n", "distance", "tokens"), "layers.csv": ("layer", "norm", "variance"),
-           "prune.csv": ("layer", "block", "baseline", "pruned", "delta"),
-           "scores.csv": ("layer", "block", "baseline", "pruned", "delta"),
-           "curve.csv": ("k", "fraction", "baseline", "score", "delta"),
-           "gradnorm.csv": ("layer", "grad_norm", "step"), "variance.csv": ("layer", "variance", "step")}
+# What identifies a row of each CSV, the columns that hold numbers, and those never NaN: from runs/columns.py
+ROW_KEYS = {table: tuple(c.name for c in columns if c.key) for table, columns in TABLES.items()}
+NUMERIC = {table: tuple(c.name for c in columns if c.number) for table, columns in TABLES.items()}
+FINITE = {table: tuple(c.name for c in columns if c.always) for table, columns in TABLES.items()}
 
 
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:

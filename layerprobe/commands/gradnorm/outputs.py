@@ -11,10 +11,11 @@ from layerprobe.metrics.stats import depth_ratio
 from layerprobe.runs.folder import model_label
 from layerprobe.plots.gradnorm import gradnorm_figure, variance_by_step_figure
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.runs.columns import GRADNORM, names
 
 GradnormRun = RunResult  # tables: gradnorm, gradnorm_samples, variance (and loss with --steps)
 
-COLUMNS = ["norm", "layer", "kind", "module", "grad_norm", "std", "samples", "step"]
+COLUMNS = names(GRADNORM)  # runs/columns.py
 
 
 @dataclass

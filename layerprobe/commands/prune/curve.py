@@ -34,8 +34,9 @@ from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.runs.columns import CURVE, names
 
-CURVE_COLUMNS = ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta", "within"]
+CURVE_COLUMNS = names(CURVE)  # runs/columns.py
 # Chance accuracy of multiple-choice tasks whose choices are fixed (drawn as a line on the plot)
 CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "hellaswag": 0.25, "openbookqa": 0.25,
           "piqa": 0.5, "winogrande": 0.5, "boolq": 0.5}

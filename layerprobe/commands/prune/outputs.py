@@ -11,11 +11,12 @@ from layerprobe.errors import ConfigError, RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
-from layerprobe.runs.columns import signals
 from layerprobe.runs.folder import model_label, read_json
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.runs.columns import PRUNE as PRUNE_COLUMNS
+from layerprobe.runs.columns import names, signals
 
-COLUMNS = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+COLUMNS = names(PRUNE_COLUMNS)  # runs/columns.py
 PREFERRED = ("acc", "acc_norm", "f1", "exact_match", "ppl", "kl", "drift")
 
 PruneRun = RunResult  # tables: prune (COLUMNS)
