@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import json
 import shutil
 import signal
 import subprocess
@@ -75,6 +76,7 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
     args = ["--task", "kl", "--layers", "0,14,29", *COMMON]
     assert invoke("prune", "smollm2", *args, "--out", tmp_path / "gguf").exit_code == 0
     (folder,) = list(cache_root().iterdir())
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]  # mergekit reads it
     plain = tmp_path / "plain"
     shutil.copytree(folder, plain)  # an ordinary save_pretrained-style folder: loaded as a local checkpoint
     assert invoke("prune", plain, *args, "--out", tmp_path / "folder").exit_code == 0

@@ -74,14 +74,20 @@ def test_symlinked_out_is_refused_by_name(source, tmp_path):
     assert_error(export(source, tmp_path / "link"), "is a symbolic link")
 
 
-def test_two_exports_into_one_out_never_mix(source, tmp_path):
-    """Two processes export different removals into one --out: one wins whole, the other is refused or waits out
-    its turn; the folder holds one export's config and weights, never a mix."""
+@pytest.mark.parametrize("offset", [0.0, 1.5])
+def test_two_exports_into_one_out_never_mix(source, tmp_path, offset):
+    """Two processes export different removals into one --out, the second started `offset` seconds later: one
+    wins whole, the other is refused; the folder holds one export's config and weights, never a mix."""
+    import time
+
     out = tmp_path / "shared"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     commands = [[sys.executable, "-m", "layerprobe", "export", str(source), "--remove", remove, "--out", str(out),
                  "--device", "cpu", "--dtype", "float32", "--no-verify"] for remove in ("0", "2-3")]
-    runs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for c in commands]
+    runs = []
+    for command in commands:
+        runs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        time.sleep(offset)
     codes = [r.wait(timeout=300) for r in runs]
     outputs = [r.stdout.read().decode() for r in runs]
     assert 0 in codes, outputs
@@ -234,3 +240,32 @@ def test_a_checkpoint_with_its_own_code_runs_and_exports_with_trust_remote_code(
     record = json.loads((tmp_path / "e" / "layerprobe-removal.json").read_text())
     assert record["loads_with"] == "transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)"
     assert record["verified_max_difference"] is not None and record["verified_max_difference"] < 1e-4
+
+
+def test_a_run_killed_before_its_first_save_resumes_from_the_start(model_dirs, tmp_path):
+    """The folder a killed run leaves before saving anything (its lock marked unfinished) resumes, from scratch."""
+    out = tmp_path / "cut"
+    out.mkdir()
+    (out / ".layerprobe.lock").write_text("unfinished\n")
+    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
+                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(out),
+                                 "--resume"])
+    assert result.exit_code == 0, result.output
+    assert (out / "summary.json").is_file() and not (out / ".layerprobe.lock").exists()
+
+
+def test_an_angular_run_of_other_weights_is_refused_as_input(model_dirs, tmp_path):
+    """Same layer count, other weights (qwen2 and llama both have 4 blocks): never correlated or used by a curve."""
+    common = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
+    assert runner.invoke(app, ["angular", str(model_dirs["qwen2"]), *common, "--out", str(tmp_path / "a")]).exit_code == 0
+    for extra in ([], ["--curve", "--strategies", "angular", "--max-removed", "1"]):
+        result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", *common, *extra, "--angular",
+                                     str(tmp_path / "a"), "--out", str(tmp_path / f"p{len(extra)}")])
+        assert_error(result, "measured other weights")
+
+
+@pytest.mark.parametrize("text", ["[tool]\nlayerprobe = 5\n", "[tool.layerprobe\nmodel = 'x'\n"])
+def test_a_malformed_project_table_is_one_line(text, tmp_path, monkeypatch):
+    (tmp_path / "pyproject.toml").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    assert_error(runner.invoke(app, ["angular", "minilm", "--dataset", "builtin"]), "pyproject.toml")
