@@ -3,6 +3,9 @@ split device map, and the check that a CLI error is layerprobe's own one line.""
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import math
 import re
 
@@ -12,6 +15,7 @@ import transformers
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 from layerprobe.models.layers import find_blocks
+from layerprobe.settings import mark_of, walk
 
 SPLIT = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk",
          "model.layers.3": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
@@ -76,3 +80,62 @@ def assert_error(result, needle: str) -> None:
     lines = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, text
     assert needle in " ".join(lines[0].split()), text
+
+
+# ---- settings: another valid value for any declared setting (tests/test_settings.py, tests/unit) ----------
+
+# Values that are valid where a plain "other" string would be refused by an earlier check than the resume's
+MEANINGFUL = {"shard": ("1/2", "2/2", "1/3"), "layers": ("0", "1", "0,1"), "record_steps": ("0", "0,1", "1")}
+
+
+def setting_field(cls: type, path: str) -> tuple[dataclasses.Field, type]:
+    for dotted, f, owner in walk(cls):
+        if dotted == path:
+            return f, owner
+    raise KeyError(path)
+
+
+def changed(cls: type, path: str, value):
+    """Another valid value for the setting at `path`, from its Mark (choices, bounds) and its current value."""
+    f, owner = setting_field(cls, path)
+    mark = mark_of(f)
+    if f.name in MEANINGFUL:
+        options = MEANINGFUL[f.name]
+        return options[(options.index(value) + 1) % len(options)] if value in options else options[0]
+    if isinstance(value, list):
+        if mark.choices:
+            return tuple(value[:-1]) if len(value) > 1 else tuple(c for c in mark.choices if c not in value)[:1]
+        return tuple(v * 0.9 for v in value)
+    if mark.choices:
+        return next(c for c in mark.choices if c != value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value / 2 if value else 0.1
+    if value is None:
+        kind = typing_kind(owner, f.name)
+        return {int: 1, float: 0.5, bool: True}.get(kind, "other")
+    return f"{value}-other"
+
+
+def typing_kind(owner: type, name: str):
+    from layerprobe.settings import _base_type, group_of
+
+    group = group_of(owner, name)
+    return group or _base_type(owner, name)
+
+
+def replaced(config, path: str, value):
+    *groups, name = path.split(".")
+    if not groups:
+        if isinstance(value, type):
+            value = value()
+        return dataclasses.replace(config, **{name: value})
+    inner = getattr(config, groups[0])
+    return dataclasses.replace(config, **{groups[0]: replaced(inner, ".".join([*groups[1:], name]), value)})
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}

@@ -11,7 +11,7 @@ from layerprobe.models.layers import find_blocks, layer_index_owners
 from layerprobe.models.load import load_model
 from layerprobe.models.surgery import removed_layers
 
-from .helpers import independent_pruned
+from tests.helpers import independent_pruned
 
 HEAD = {"llama": "causal-lm", "qwen2": "causal-lm", "gpt2": "causal-lm", "bert": "masked-lm"}
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from layerprobe.cli import app
 from layerprobe.models.surgery import removed_sublayers
 
-from .helpers import assert_error
+from tests.helpers import assert_error
 
 runner = CliRunner()
 IDS = torch.tensor([[5, 17, 230, 41, 999, 12, 7, 88, 300, 2], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]])
@@ -62,7 +62,7 @@ def test_part_sweep_shared_prefix_equals_plain_and_hand(model_dirs, tmp_path):
         assert result.exit_code == 0, result.output
     shared, plain = (pd.read_csv(tmp_path / n / "prune.csv") for n in ("shared", "plain"))
     assert shared["pruned"].to_numpy() == pytest.approx(plain["pruned"].to_numpy(), rel=1e-6)
-    from .helpers import reference_metric
+    from tests.helpers import reference_metric
 
     full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     for row in shared.itertuples():

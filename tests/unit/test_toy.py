@@ -17,7 +17,7 @@ from layerprobe.commands.toy import ToyModel, measure_toy as measure
 from layerprobe.config import ToyConfig
 from layerprobe.metrics.stats import power_law
 
-from .helpers import assert_error
+from tests.helpers import assert_error
 
 runner = CliRunner()
 
