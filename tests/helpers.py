@@ -139,3 +139,20 @@ def replaced(config, path: str, value):
 
 def snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def zero_by_hand(model, arch, part, layers):
+    """A fresh copy whose sub-layer forwards are replaced by hand-written lambdas."""
+    blocks = {"gpt2": lambda m: m.transformer.h, "bert": lambda m: m.encoder.layer}.get(arch, lambda m: m.model.layers)(model)
+    for index in layers:
+        block = blocks[index]
+        if arch == "bert" and part == "attn":
+            block.attention.forward = lambda hidden_states, *a, **k: (hidden_states, None)
+        elif arch == "bert":
+            block.output.forward = lambda hidden_states, input_tensor: input_tensor
+        elif part == "attn":
+            module = block.attn if arch == "gpt2" else block.self_attn
+            module.forward = lambda hidden_states, *a, **k: (torch.zeros_like(hidden_states), None)
+        else:
+            block.mlp.forward = lambda hidden_states, *a, **k: torch.zeros_like(hidden_states)
+    return model

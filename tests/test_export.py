@@ -87,7 +87,7 @@ def test_export_reloads_without_layerprobe(arch, model_dirs, tokenizer, tmp_path
 
 
 def test_export_attention_part_equals_hand_zeroed(model_dirs, tmp_path):
-    from .test_sublayers import zero_by_hand
+    from tests.helpers import zero_by_hand
 
     folder, out = model_dirs["llama"], tmp_path / "no-attn"
     result = runner.invoke(app, ["export", str(folder), "--remove", "0,3", "--part", "attn", "--out", str(out),

@@ -12,27 +12,10 @@ from typer.testing import CliRunner
 from layerprobe.cli import app
 from layerprobe.models.surgery import removed_sublayers
 
-from tests.helpers import assert_error
+from tests.helpers import assert_error, zero_by_hand
 
 runner = CliRunner()
 IDS = torch.tensor([[5, 17, 230, 41, 999, 12, 7, 88, 300, 2], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]])
-
-
-def zero_by_hand(model, arch, part, layers):
-    """A fresh copy whose sub-layer forwards are replaced by hand-written lambdas."""
-    blocks = {"gpt2": lambda m: m.transformer.h, "bert": lambda m: m.encoder.layer}.get(arch, lambda m: m.model.layers)(model)
-    for index in layers:
-        block = blocks[index]
-        if arch == "bert" and part == "attn":
-            block.attention.forward = lambda hidden_states, *a, **k: (hidden_states, None)
-        elif arch == "bert":
-            block.output.forward = lambda hidden_states, input_tensor: input_tensor
-        elif part == "attn":
-            module = block.attn if arch == "gpt2" else block.self_attn
-            module.forward = lambda hidden_states, *a, **k: (torch.zeros_like(hidden_states), None)
-        else:
-            block.mlp.forward = lambda hidden_states, *a, **k: torch.zeros_like(hidden_states)
-    return model
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2", "bert"])
