@@ -96,3 +96,16 @@ def _own_working_directory(tmp_path_factory, monkeypatch):
     """Every test runs in a working directory of its own: a default run folder (reports/<model>/...) never lands
     in the clone."""
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A user cache of the test module's own (GGUF conversions, the assembled Gemma 3): made once per module."""
+    root = tmp_path_factory.mktemp("xdg")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    yield root
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old

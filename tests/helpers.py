@@ -156,3 +156,21 @@ def zero_by_hand(model, arch, part, layers):
         else:
             block.mlp.forward = lambda hidden_states, *a, **k: torch.zeros_like(hidden_states)
     return model
+
+
+def hf_next_distances(model, tok, texts, seq_len: int, batch_size: int, tokens: int, layers: int) -> list[float]:
+    """Reference d(x_l, x_l+1) for l < layers from HF's own hidden states (output_hidden_states: block inputs
+    0..L-1), arccos of the float64 cosine over every real position, on the same packed batches layerprobe reads."""
+    from layerprobe.data.packing import batches
+
+    sums, count = [0.0] * layers, 0
+    for batch in batches(texts, tok, seq_len, batch_size, tokens):
+        with torch.no_grad():
+            states = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                           output_hidden_states=True).hidden_states
+        keep = batch.attention_mask.flatten().bool()
+        for layer in range(layers):
+            a, b = (states[i].reshape(-1, states[i].shape[-1])[keep].double() for i in (layer, layer + 1))
+            sums[layer] += float(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)).sum())
+        count += int(keep.sum())
+    return [total / math.pi / count for total in sums]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -16,7 +15,7 @@ def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
     import layerprobe
     from layerprobe import AngularConfig, DataOptions, LayerprobeError, ModelOptions, angular, load_run
     from layerprobe.data.corpora import open_corpus
-    from layerprobe.data.packing import batches
+    from tests.helpers import hf_next_distances
 
     folder = model_dirs["llama"]
     config = AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
@@ -26,21 +25,11 @@ def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
     assert run.folder == tmp_path / "run" and set(run.tables) == {"angular", "layers"}
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(folder)
-    sums, count = [0.0] * 3, 0
-    for batch in batches(open_corpus(str(corpus_file)).texts(), tok, 32, 2, 128):
-        with torch.no_grad():
-            states = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                           output_hidden_states=True).hidden_states
-        keep = batch.attention_mask.flatten().bool()
-        for layer in range(3):
-            a, b = (states[i].reshape(-1, states[i].shape[-1])[keep].double() for i in (layer, layer + 1))
-            cos = torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)
-            sums[layer] += float(torch.arccos(cos).sum() / math.pi)
-        count += int(keep.sum())
+    want = hf_next_distances(model, tok, open_corpus(str(corpus_file)).texts(), 32, 2, 128, 3)
     table = run.angular
     for layer in range(3):
         got = float(table[(table["layer"] == layer) & (table["n"] == 1)]["distance"].iloc[0])
-        assert got == pytest.approx(sums[layer] / count, abs=1e-6)
+        assert got == pytest.approx(want[layer], abs=1e-6)
     back = load_run(run.folder)
     assert back.command == "angular" and back.summary["schema_version"] == 1
     assert back.tables["angular"].equals(run.angular)

