@@ -70,12 +70,10 @@ def walk(cls: type, prefix: str = "") -> list[tuple[str, dataclasses.Field, type
     """(dotted path, field, owning class) of every plain field of cls and its nested groups, in declaration order."""
     found = []
     for f in fields(cls):
+        found.append((prefix + f.name, f, cls))
         group = group_of(cls, f.name)
         if group is not None:
-            found.append((prefix + f.name, f, cls))
             found.extend(walk(group, f"{prefix}{f.name}."))
-        else:
-            found.append((prefix + f.name, f, cls))
     return found
 
 

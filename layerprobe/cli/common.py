@@ -154,15 +154,3 @@ def parse_formats(value: str) -> tuple[str, ...]:
     if bad or not formats:
         raise fail(f"Unknown plot format '{','.join(bad) or value}': use png, svg, pdf (comma-separated).")
     return formats
-
-
-def parse_size(value: str) -> int:
-    """'8GiB', '500MB', '2g' or a plain number of bytes -> bytes; a bad value is a one-line error."""
-    import re
-
-    units = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-             "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
-    if not match or match.group(2).lower() not in units or float(match.group(1)) <= 0:
-        raise fail(f"--max-memory '{value}' is not a size: use e.g. 8GiB, 500MB or a number of bytes.")
-    return int(float(match.group(1)) * units[match.group(2).lower()])

@@ -29,10 +29,10 @@ from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_d
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.config import POSITIONS  # declared once, with the settings that take it
 
 RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
 
-POSITIONS = ("all", "last")
 
 AngularRun = RunResult  # tables: angular (layer, n, distance, tokens), layers (per-layer statistics of x_l)
 

@@ -6,9 +6,9 @@ import re
 from dataclasses import dataclass
 
 from layerprobe.errors import ConfigError
+from layerprobe.config import PARTS  # declared once, with the settings that take it
 
 
-PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
+from layerprobe.config import STACKS  # declared once, with the settings that take it
 
 # Attribute names that hold the block stack in the architectures we know (the path's last part):
 #   LLaMA/Qwen2/Mistral/Gemma/Phi-3/OPT/GPT-NeoX/in-house `...layers`, BERT/RoBERTa `encoder.layer`,
@@ -13,7 +14,6 @@ from layerprobe.errors import ArchitectureError
 KNOWN_STACK_NAMES = ("layers", "layer", "h", "blocks", "block")
 # Models with several stacks (--stack): a path's words name its stack; the others are the language model.
 STACK_WORDS = (("vision", {"vision", "visual", "image"}), ("encoder", {"encoder"}), ("decoder", {"decoder"}))
-STACKS = ("language", "vision", "encoder", "decoder")
 # Bidirectional encoders: no causal LM objective, no lm-eval generation or loglikelihood tasks.
 ENCODER_MODEL_TYPES = {
     "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2",

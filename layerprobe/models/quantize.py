@@ -7,8 +7,8 @@ import importlib.util
 from typing import Any
 
 from layerprobe.errors import ModelLoadError
+from layerprobe.config import QUANTIZE  # declared once, with the settings that take it
 
-QUANTIZE = ("4bit", "8bit")
 # quant_method of a saved quantization_config -> the packages transformers needs to load it
 SAVED_METHOD_PACKAGES = {
     "bitsandbytes": ("bitsandbytes",),
