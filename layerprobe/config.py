@@ -22,6 +22,7 @@ QUANTIZE = ("4bit", "8bit")
 PLACEMENTS = ("pre", "post", "mix", "lns", "deepnorm", "sandwich")
 NORM_TYPES = ("rmsnorm", "layernorm")
 PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
+SUBLAYERS = ("branch", "module")  # how --part attn|mlp removes a sub-layer (models/surgery.removal_target)
 POSITIONS = ("all", "last")
 FORMATS = ("png", "svg", "pdf")
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
@@ -31,6 +32,9 @@ SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's
 _OUT = dict(numbers=False, flag="--out")
 _FORMATS = dict(numbers=False, flag="--format", parse="csv", choices=FORMATS,
                 help="Plot formats, comma-separated: png, svg, pdf.")
+_SUBLAYER = ("--part attn|mlp: branch zeroes what the sub-layer adds to the residual stream and keeps every norm "
+             "of the block (Post-LN BERT: LayerNorm(x + 0)); module skips a sub-layer module that adds the residual "
+             "itself, its norm too (Post-LN: x). Pre-LN blocks: the same.")
 _OVERWRITE = dict(numbers=False, help="Replace an existing run folder that layerprobe wrote (default: a new "
                   "timestamped folder beside it).")
 
@@ -155,6 +159,7 @@ class PruneConfig:
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
     part: str = setting("block", choices=PARTS, help="What goes of each removed layer: block (all of it), attn or mlp "
                         "(only that sub-layer; the residual path stays).")
+    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), help=_SUBLAYER)
     curve: CurveSettings | None = setting(None, help="--curve: removal curves by strategy instead of a "
                                           "one-layer-at-a-time sweep.")
     metric: str | None = setting(None, help="Metric for the summary and plot (default: the task's main one).")
@@ -185,6 +190,7 @@ class ExportConfig:
                                  "27; 3,7,9-11.")
     part: str = setting("block", choices=PARTS, help="block: the blocks go; attn or mlp: that sub-layer's output "
                         "projection is zeroed (same size, same outputs as prune --part).")
+    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), help=_SUBLAYER)
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: export a strategy's choice.")
     strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "

@@ -39,6 +39,7 @@ class Mark:
     above: float | None = None  # exclusive lower bound
     project: bool = False  # settable from [tool.layerprobe] (by the field's name) and LAYERPROBE_<NAME>
     parse: str | None = None  # how CLI text becomes the value: 'csv' (tuple of str), 'floats', 'size' (bytes)
+    before: Any = None  # (value,): what runs saved before the setting existed did (their identity), if not the default
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -104,7 +105,7 @@ def _identity(cls: type, values: Mapping, prefix: str) -> dict[str, Any]:
         mark = mark_of(f)
         if mark is None or not mark.numbers:
             continue
-        value = values.get(f.name, f.default if f.default is not MISSING else None)
+        value = values.get(f.name, mark.before[0] if mark.before else f.default if f.default is not MISSING else None)
         group = group_of(cls, f.name)
         if group is not None and isinstance(value, Mapping):
             found |= _identity(group, value, f"{prefix}{f.name}.")

@@ -141,12 +141,29 @@ def snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
 
 
-def zero_by_hand(model, arch, part, layers):
-    """A fresh copy whose sub-layer forwards are replaced by hand-written lambdas."""
+def jitter_norms(model, seed=0):
+    """Give every LayerNorm a non-trivial weight and bias (a seeded draw): at init (weight 1, bias 0) a Post-LN
+    block's LayerNorm(x) equals its already-normalized input x, which would hide what the norm does."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.LayerNorm):
+                module.weight.copy_(1 + 0.5 * torch.randn(module.weight.shape, generator=generator))
+                module.bias.copy_(0.5 * torch.randn(module.bias.shape, generator=generator))
+    return model
+
+
+def zero_by_hand(model, arch, part, layers, how="branch"):
+    """A fresh copy whose sub-layer forwards are replaced by hand-written lambdas. BERT (Post-LN, the residual and
+    the norm inside the sub-layer module): how='branch' zeroes the dense projection the module adds to its input
+    (LayerNorm(x + 0)); how='module' returns the module's residual input (x, the norm skipped too)."""
     blocks = {"gpt2": lambda m: m.transformer.h, "bert": lambda m: m.encoder.layer}.get(arch, lambda m: m.model.layers)(model)
     for index in layers:
         block = blocks[index]
-        if arch == "bert" and part == "attn":
+        if arch == "bert" and how == "branch":
+            dense = block.attention.output.dense if part == "attn" else block.output.dense
+            dense.forward = lambda x, n=dense.out_features: x.new_zeros(*x.shape[:-1], n)
+        elif arch == "bert" and part == "attn":
             block.attention.forward = lambda hidden_states, *a, **k: (hidden_states, None)
         elif arch == "bert":
             block.output.forward = lambda hidden_states, input_tensor: input_tensor

@@ -137,5 +137,30 @@ def test_export_refuses_a_full_folder_and_bert_attn(model_dirs, tmp_path):
     (tmp_path / "x" / "keep.txt").write_text("mine")
     assert_error(runner.invoke(app, ["export", str(model_dirs["llama"]), "--remove", "1", "--out", str(tmp_path / "x")]),
                  "exists and is not empty")
-    assert_error(runner.invoke(app, ["export", str(model_dirs["bert"]), "--remove", "1", "--part", "attn", "--out",
-                                     str(tmp_path / "y")]), "--part attn export")
+    assert_error(runner.invoke(app, ["export", str(model_dirs["bert"]), "--remove", "1", "--part", "attn",
+                                     "--sublayer", "module", "--out", str(tmp_path / "y")]),
+                 "--part attn export: BertLayer has no output projection")
+    assert not (tmp_path / "y").exists()
+
+
+@pytest.mark.parametrize("part", ["attn", "mlp"])
+def test_export_post_ln_branch_equals_hand_zeroed(part, model_dirs, tmp_path):
+    """Post-LN BERT, --sublayer branch (the default): the dense projection zeroed, LayerNorm(x + 0) kept, reloads
+    in plain transformers as a hand-replaced forward gives (norms made non-trivial so LayerNorm(x) != x)."""
+    from .helpers import jitter_norms, zero_by_hand
+
+    source = tmp_path / "bert"
+    jitter_norms(transformers.BertForMaskedLM.from_pretrained(model_dirs["bert"])).save_pretrained(source)
+    transformers.AutoTokenizer.from_pretrained(model_dirs["bert"]).save_pretrained(source)
+    out = tmp_path / "no-sublayer"
+    result = runner.invoke(app, ["export", str(source), "--remove", "1", "--part", part, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    got, facts = reload_in_fresh_process(out, "BertForMaskedLM", tmp_path)
+    assert json.loads((out / "layerprobe-removal.json").read_text())["sublayer"] == "branch"
+    hand = transformers.BertForMaskedLM.from_pretrained(source).eval()
+    zero_by_hand(hand.bert, "bert", part, [1], "branch")
+    skipped = transformers.BertForMaskedLM.from_pretrained(source).eval()
+    zero_by_hand(skipped.bert, "bert", part, [1], "module")
+    with torch.no_grad():
+        torch.testing.assert_close(got, hand(input_ids=torch.tensor(IDS)).logits, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(got, skipped(input_ids=torch.tensor(IDS)).logits, atol=1e-3)

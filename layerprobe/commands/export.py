@@ -21,7 +21,7 @@ from layerprobe.errors import ArchitectureError, ConfigError, RunError
 from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model, locate
-from layerprobe.models.surgery import check_indices, removed, removed_layers
+from layerprobe.models.surgery import check_indices, removal_target, removed, removed_layers
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import FILE_MODE, abandons_on_error, atomic_write_text, claimed
 
@@ -77,21 +77,36 @@ def mergekit_yaml(source: str, keep: list[int], dtype: str, note: str | None = N
     return "\n".join([*lines, "merge_method: passthrough", f"dtype: {dtype}", ""])
 
 
+def _projection(sublayer: Any, part: str, how: str) -> Any:
+    """The linear layer whose zeroing removes the sub-layer as `how` defines it in plain transformers, or None."""
+    import torch
+
+    module, residual_arg = removal_target(sublayer, how)
+    if residual_arg is not None:  # the module's own norm is skipped: no weights give that
+        return None
+    if isinstance(module, torch.nn.Linear):
+        return module
+    return next((getattr(module, n) for n in OUTPUT_PROJECTIONS[part]
+                 if isinstance(getattr(module, n, None), torch.nn.Module)), None)
+
+
 def zero_sublayers(model: Any, stack: Any, ids: list[int], part: str) -> list[str]:
     """Zero the output projection of each chosen block's attention or MLP: in plain transformers, the sub-layer
-    then adds nothing to the residual stream. Returns the zeroed parameter names."""
+    then adds nothing to the residual stream (Post-LN: LayerNorm(x + 0), --sublayer branch). Returns the zeroed
+    parameter names."""
     import torch
 
     names = {id(p): n for n, p in model.named_parameters()}
     zeroed = []
     for index in ids:
-        sublayer = find_sublayer(model, stack.blocks[index], part)
-        projection = next((getattr(sublayer.module, n) for n in OUTPUT_PROJECTIONS[part]
-                           if isinstance(getattr(sublayer.module, n, None), torch.nn.Module)), None)
-        if sublayer.residual_arg is not None or projection is None:
-            raise ArchitectureError(f"--part {part} export: {type(stack.blocks[index]).__name__} has no output "
-                                    f"projection ({', '.join(OUTPUT_PROJECTIONS[part])}) whose zeroing removes the "
-                                    "sub-layer in plain transformers: export whole blocks (--part block).")
+        projection = _projection(find_sublayer(model, stack.blocks[index], part), part, stack.sublayer)
+        if projection is None:
+            block = type(stack.blocks[index]).__name__
+            raise ArchitectureError(
+                f"--part {part} export: {block} has no output projection ({', '.join(OUTPUT_PROJECTIONS[part])}) "
+                "whose zeroing removes the sub-layer in plain transformers"
+                + (" with its norm skipped: export --sublayer branch" if stack.sublayer == "module" else "")
+                + " or whole blocks (--part block).")
         with torch.no_grad():
             for parameter in projection.parameters(recurse=False):
                 parameter.zero_()
@@ -210,7 +225,7 @@ def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str
         "source_model": loaded.spec, "source_path": str(loaded.path) if loaded.path else None,
         "revision": loaded.revision, "weights": loaded.fingerprint(), "gguf": loaded.gguf,
         "architecture": head_class, "layers_path": stack.path, "part": part,
-        "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
+        "sublayer": stack.sublayer if part != "block" else None, "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
         "removed": ids, "removed_label": ranges_label(ids), "kept": keep, "convention": CONVENTION,
         "zeroed_parameters": zeroed, "from_curve": config.from_curve, "strategy": config.strategy if config.from_curve else None,
         "dtype": loaded.dtype, "device": loaded.device, "verified_max_difference": difference, "gain": gain,
@@ -278,6 +293,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                         revision=config.model.revision, trust_remote_code=config.model.trust_remote_code,
                         gguf_file=config.model.gguf_file, cache=config.model.cache)
     model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
+    stack.sublayer = config.sublayer
     ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
     keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)

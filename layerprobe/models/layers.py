@@ -27,12 +27,16 @@ SUBLAYER_NAMES = {
     "mlp": ("mlp", "block_sparse_moe", "feed_forward", "ffn"),
 }
 # Families whose sub-layer module adds the residual itself (Post-LN BERT: LayerNorm(x + f(x)) inside `attention`
-# and `output`; BLOOM): (module, the forward argument that carries the residual); removed, it returns that input.
-_BERT_LIKE = {"attn": ("attention", "hidden_states"), "mlp": ("output", "input_tensor")}
+# and `output`; BLOOM): (module, the forward argument that carries the residual, the path inside the module of the
+# branch f whose output is added). Two ways to remove such a sub-layer (--sublayer): `branch` zeroes f's output and
+# keeps the module's norm (Post-LN: LayerNorm(x + 0)); `module` returns the residual argument (output = x, the norm
+# skipped too).
+_BERT_LIKE = {"attn": ("attention", "hidden_states", "output.dense"), "mlp": ("output", "input_tensor", "dense")}
 RESIDUAL_INSIDE = {
-    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "camembert", "electra", "deberta", "deberta-v2", "mpnet",
+    **dict.fromkeys(("bert", "roberta", "xlm-roberta", "camembert", "electra", "deberta", "deberta-v2",
                      "megatron-bert", "ernie"), _BERT_LIKE),
-    "bloom": {"attn": ("self_attention", "residual"), "mlp": ("mlp", "residual")},
+    "mpnet": {"attn": ("attention", "hidden_states", "attn"), "mlp": ("output", "input_tensor", "dense")},
+    "bloom": {"attn": ("self_attention", "residual", "dense"), "mlp": ("mlp", "residual", "dense_4h_to_h")},
 }
 
 
@@ -40,8 +44,9 @@ RESIDUAL_INSIDE = {
 class Sublayer:
     """Where one sub-layer of a block lives and how to remove it."""
 
-    module: Any  # the nn.Module whose output is replaced
-    residual_arg: str | None  # None: output := 0; else output := this forward argument (the residual)
+    module: Any  # the nn.Module the sub-layer is
+    residual_arg: str | None  # None: the module is the branch; else the forward argument that carries the residual
+    branch: Any  # the nn.Module whose output the block adds to its residual stream (the module itself, or inside it)
 
 
 def find_sublayer(model: Any, block: Any, part: str) -> Sublayer:
@@ -54,7 +59,8 @@ def find_sublayer(model: Any, block: Any, part: str) -> Sublayer:
     for name in names:
         module = getattr(block, name, None)
         if isinstance(module, nn.Module):
-            return Sublayer(module, inside[1] if inside else None)
+            branch = get_module(module, inside[2]) if inside else module
+            return Sublayer(module, inside[1] if inside else None, branch)
     children = ", ".join(name for name, _ in block.named_children()) or "none"
     raise ArchitectureError(
         f"--part {part}: {type(block).__name__} ({model_type}) has no {part} sub-layer layerprobe knows (looked for "
@@ -70,6 +76,7 @@ class BlockStack:
     parent: Any  # nn.Module owning the list
     attr: str  # attribute name on parent
     blocks: Any  # nn.ModuleList of identical blocks
+    sublayer: str = "branch"  # how --part attn|mlp removes a sub-layer: branch or module (RESIDUAL_INSIDE above)
 
     def __len__(self) -> int:
         return len(self.blocks)

@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
-from layerprobe.models.layers import (BlockStack, find_blocks, find_sublayer, layer_count_field, layer_index_owners,
-                                      text_config)
+from layerprobe.models.layers import (BlockStack, Sublayer, find_blocks, find_sublayer, layer_count_field,
+                                      layer_index_owners, text_config)
 
 
 def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
@@ -118,7 +118,7 @@ def removed_layers(model: Any, indices: Iterable[int], stack: BlockStack | None 
         for new_index, old_index in enumerate(keep):
             for m in layer_index_owners(original[old_index]):
                 m.layer_idx = new_index
-        yield BlockStack(stack.path, stack.parent, stack.attr, pruned)
+        yield BlockStack(stack.path, stack.parent, stack.attr, pruned, stack.sublayer)
     finally:
         setattr(stack.parent, stack.attr, original)
         for name, value in saved.items():
@@ -127,30 +127,39 @@ def removed_layers(model: Any, indices: Iterable[int], stack: BlockStack | None 
             m.layer_idx = value
 
 
-def _removed_output(sublayer: Any):
-    """A forward hook that replaces the sub-layer's output (a tensor, or the first item of a tuple) by what a
-    removed sub-layer gives: zero, or the residual argument for families whose sub-layer adds it itself."""
+def _removed_output(module: Any, residual_arg: str | None):
+    """A forward hook that replaces the module's output (a tensor, or the first item of a tuple) by what a removed
+    sub-layer gives: zero, or the residual argument (`residual_arg`) for a module that adds the residual itself."""
     import inspect
 
     import torch
 
-    signature = inspect.signature(sublayer.module.forward)
+    signature = inspect.signature(module.forward)
 
     def hook(module, args, kwargs, output):
         first = output[0] if isinstance(output, tuple) else output
-        if sublayer.residual_arg is None:
+        if residual_arg is None:
             value = torch.zeros_like(first)
         else:
-            value = signature.bind_partial(*args, **kwargs).arguments[sublayer.residual_arg]
+            value = signature.bind_partial(*args, **kwargs).arguments[residual_arg]
         return (value, *output[1:]) if isinstance(output, tuple) else value
 
     return hook
 
 
+def removal_target(sublayer: Sublayer, how: str) -> tuple[Any, str | None]:
+    """(module to hook, residual argument or None) that removes a sub-layer: `branch` zeroes what the block adds to
+    its residual stream and keeps every norm; `module` skips a module that adds the residual itself, its norm with
+    it (Post-LN BERT: output = x instead of LayerNorm(x + 0)). Pre-LN sub-layers are their branch: both agree."""
+    if how == "module" or sublayer.residual_arg is None:
+        return sublayer.module, sublayer.residual_arg
+    return sublayer.branch, None
+
+
 @contextmanager
 def removed_sublayers(model: Any, indices: Iterable[int], part: str, stack: BlockStack | None = None) -> Iterator[None]:
-    """Remove the attention (part='attn') or MLP ('mlp') sub-layer of the chosen blocks, keeping the residual path:
-    forward hooks, all removed on exit. The blocks themselves stay, so layer ids and caches are unchanged."""
+    """Remove the attention (part='attn') or MLP ('mlp') sub-layer of the chosen blocks, keeping the residual path,
+    as `stack.sublayer` defines it (removal_target): forward hooks, all removed on exit. The blocks themselves stay, so layer ids and caches are unchanged."""
     stack = stack or find_blocks(model)
     chosen = sorted(set(indices))
     bad = [i for i in chosen if not 0 <= i < len(stack)]
@@ -160,8 +169,8 @@ def removed_sublayers(model: Any, indices: Iterable[int], part: str, stack: Bloc
     handles = []
     try:
         for index in chosen:
-            sublayer = find_sublayer(model, stack.blocks[index], part)
-            handles.append(sublayer.module.register_forward_hook(_removed_output(sublayer), with_kwargs=True))
+            module, residual_arg = removal_target(find_sublayer(model, stack.blocks[index], part), stack.sublayer)
+            handles.append(module.register_forward_hook(_removed_output(module, residual_arg), with_kwargs=True))
         yield
     finally:
         for handle in handles:

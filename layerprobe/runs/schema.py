@@ -80,6 +80,7 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
 PRUNE_COMMON = (
     Key("task", S, "--task"),
     Key("part", S, "block, attn or mlp"),
+    Key("sublayer", S, "how --part attn|mlp removed a sub-layer: branch (zeroed, norms kept) or module (skipped, its own norm too)", required=False),
     Key("metric", S, "the metric of the summary and the plot"),
     Key("higher_is_better", B, "the metric's direction"),
     Key("baseline", F, "the unpruned model's score", optional=True),

@@ -10,23 +10,27 @@ import transformers
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
+from layerprobe.models.layers import find_blocks
 from layerprobe.models.surgery import removed_sublayers
 
-from tests.helpers import assert_error, zero_by_hand
+from tests.helpers import assert_error, jitter_norms, zero_by_hand
 
 runner = CliRunner()
 IDS = torch.tensor([[5, 17, 230, 41, 999, 12, 7, 88, 300, 2], [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]])
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2", "bert"])
+@pytest.mark.parametrize("arch,how", [("llama", "branch"), ("qwen2", "branch"), ("gpt2", "branch"), ("bert", "branch"),
+                                      ("bert", "module"), ("llama", "module")])
 @pytest.mark.parametrize("part", ["attn", "mlp"])
-def test_removed_sublayers_equal_hand_replaced_forwards(arch, part, model_dirs):
+def test_removed_sublayers_equal_hand_replaced_forwards(arch, how, part, model_dirs):
     cls = transformers.AutoModel if arch == "bert" else transformers.AutoModelForCausalLM
-    model = cls.from_pretrained(model_dirs[arch]).eval()
-    reference = zero_by_hand(cls.from_pretrained(model_dirs[arch]).eval(), arch, part, [1, 3])
+    model = jitter_norms(cls.from_pretrained(model_dirs[arch]).eval())
+    reference = zero_by_hand(jitter_norms(cls.from_pretrained(model_dirs[arch]).eval()), arch, part, [1, 3], how)
+    stack = find_blocks(model)
+    stack.sublayer = how
     with torch.no_grad():
         before = model(input_ids=IDS)
-        with removed_sublayers(model, [1, 3], part):
+        with removed_sublayers(model, [1, 3], part, stack):
             got = model(input_ids=IDS)
         after = model(input_ids=IDS)
         want = reference(input_ids=IDS)
@@ -62,3 +66,18 @@ def test_unknown_sublayer_is_one_line(tokenizer, tmp_path):
     result = runner.invoke(app, ["prune", str(tmp_path / "opt"), "--task", "kl", "--part", "mlp", "--dataset",
                                  "builtin", "--tokens", "64", "--seq-len", "32", "--out", str(tmp_path / "run")])
     assert_error(result, "--part mlp: OPTDecoderLayer (opt) has no mlp sub-layer")
+
+
+def test_post_ln_definitions_differ_and_pre_ln_agree(model_dirs):
+    """Post-LN BERT: branch (LayerNorm(x + 0)) and module (x) give different outputs; Pre-LN LLaMA: the same."""
+    outputs = {}
+    for arch, cls, field in (("bert", transformers.AutoModel, "last_hidden_state"),
+                             ("llama", transformers.AutoModelForCausalLM, "logits")):
+        model = jitter_norms(cls.from_pretrained(model_dirs[arch]).eval())
+        stack = find_blocks(model)
+        for how in ("branch", "module"):
+            stack.sublayer = how
+            with torch.no_grad(), removed_sublayers(model, [1], "attn", stack):
+                outputs[arch, how] = getattr(model(input_ids=IDS), field)
+    assert not torch.allclose(outputs["bert", "branch"], outputs["bert", "module"], atol=1e-3)
+    torch.testing.assert_close(outputs["llama", "branch"], outputs["llama", "module"], atol=0, rtol=0)

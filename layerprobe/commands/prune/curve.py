@@ -235,7 +235,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     if task.needs_corpus and "greedy" in settings.strategies:
         warnings.append(f"greedy chose its layers by {settings.greedy_metric} on the same probe tokens the curve is "
                         "scored on; score it on another task or corpus for a held-out comparison.")
-    facts |= {"task": config.task, "part": config.part, **task.facts(job)}
+    facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer, **task.facts(job)}
     seconds = time.perf_counter() - clock + float(ledger.state.get("seconds_before", 0.0))
     summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
                "chance": chance, "keep": settings.keep, "max_removed": k_max, "strategies": list(settings.strategies),

@@ -65,7 +65,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
     with torch.inference_mode():
         higher = task.run(job)
-    facts |= {"task": config.task, "part": config.part}
+    facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer}
     if shard:  # what `layerprobe merge` checks: every slice present once, all of the same sweep
         facts["shard"] = {"index": shard[0], "count": shard[1], "sweep_variants": sweep_size,
                           "variants": [v.label for v in variants]}

@@ -269,4 +269,6 @@ def open_sweep(config: PruneConfig, need_corpus: bool = False) -> tuple[Any, Any
     head = METRICS[config.task].head if kind == "taskfree" else SWEEPS[kind].head  # what the cheap checks look for
     need_corpus = need_corpus or SWEEPS[kind].needs_corpus
     corpus, task = preflight(config.model, config.data, head, need_corpus, more=(lambda: make_sweep(config),))
-    return task, open_probe(config.model, config.data, head=task.head, need_corpus=need_corpus, checked=(corpus,))
+    probe = open_probe(config.model, config.data, head=task.head, need_corpus=need_corpus, checked=(corpus,))
+    probe.stack.sublayer = config.sublayer
+    return task, probe
