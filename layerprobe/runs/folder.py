@@ -22,7 +22,7 @@ T = TypeVar("T")
 def slug(text: str) -> str:
     """A folder-safe name for a model spec: 'meta-llama/Llama-2-7b-hf' -> 'meta-llama--Llama-2-7b-hf'."""
     name = text.rstrip("/\\")
-    if os.sep in name or name.startswith((".", "~")):
+    if name.startswith((os.sep, ".", "~")) or (os.sep in name and os.path.exists(name)):  # a local path: its name
         name = Path(name).name or "model"
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name.replace("/", "--")).strip("-") or "model"
 

@@ -143,3 +143,15 @@ def test_a_summary_that_breaks_its_schema_is_never_written():
                    {**good, "seed": None}):
         with pytest.raises(RunError, match="breaks its schema"):
             check_summary("toy", broken)
+
+
+def test_default_run_folders_keep_the_hub_org(tmp_path, monkeypatch):
+    """'my-org/my-model' -> 'my-org--my-model' (two orgs' models never share a folder); a local path -> its name."""
+    from layerprobe.runs.folder import slug
+
+    monkeypatch.chdir(tmp_path)
+    assert slug("my-org/my-model") == "my-org--my-model"
+    assert slug("other-org/my-model") != slug("my-org/my-model")
+    (tmp_path / "ckpt" / "llama-7b").mkdir(parents=True)
+    assert slug("ckpt/llama-7b") == "llama-7b" and slug("./ckpt/llama-7b/") == "llama-7b"
+    assert slug(str(tmp_path / "ckpt" / "llama-7b")) == "llama-7b" and slug("minilm") == "minilm"
