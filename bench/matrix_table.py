@@ -1,7 +1,7 @@
-"""Render the architecture matrix written by the test suite into the README (between its matrix markers).
+"""Render the architecture matrix written by the test suite into docs/architectures.md (between its matrix markers).
 
     LAYERPROBE_MATRIX_OUT=/tmp/matrix.jsonl python -m pytest tests/test_matrix.py
-    python bench/matrix_table.py /tmp/matrix.jsonl [--readme README.md]
+    python bench/matrix_table.py /tmp/matrix.jsonl [--readme docs/architectures.md]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def render(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results")
-    parser.add_argument("--readme", default="README.md")
+    parser.add_argument("--readme", default="docs/architectures.md")
     args = parser.parse_args()
     rows = [json.loads(line) for line in Path(args.results).read_text().splitlines() if line.strip()]
     readme = Path(args.readme)

@@ -12,3 +12,15 @@ class Progress(Protocol):
 
 def silent(stage: str, done: int, total: int) -> None:
     """A Progress that shows nothing."""
+
+
+PHASES = "layerprobe.phase"  # the logger of phases; the CLI prints its records as plain lines (cli/common.py)
+
+
+def announce(message: str) -> None:
+    """Say that a phase longer than a few seconds and without a count of its own begins (a GGUF conversion, loading
+    a model, lm-eval's task index, writing outputs): one line on the CLI's terminal or log, nothing in a library
+    call unless the caller configures logging."""
+    import logging
+
+    logging.getLogger(PHASES).info(message)

@@ -195,8 +195,8 @@ def test_square_brackets_print_as_written(tmp_path):
 
 
 def test_progress_lines_in_a_log():
-    """Not a terminal (a CI log, `| tee`): a line at a stage's first progress and at its end, and at least every
-    30 s between."""
+    """Not a terminal (a CI log, `| tee`): a line when a stage starts, at its first progress and at its end, and at
+    least every 30 s between."""
     from layerprobe.cli.common import LogProgress
 
     now = [0.0]
@@ -206,7 +206,8 @@ def test_progress_lines_in_a_log():
     for step, t in ((100, 10.0), (200, 31.0), (300, 35.0), (600, 70.0), (1000, 80.0)):
         now[0] = t
         progress("tokens", step, 1000)
-    assert lines == ["tokens: 100/1,000 10% after 0:00:10, 10.0/s, eta 0:01:30",  # 900 / (100 / 10) = 90 s
+    assert lines == ["tokens: 0/1,000 started",  # said at once: a log never sits silent until the first step
+                     "tokens: 100/1,000 10% after 0:00:10, 10.0/s, eta 0:01:30",  # 900 / (100 / 10) = 90 s
                      "tokens: 600/1,000 60% after 0:01:10, 8.6/s, eta 0:00:46",  # 400 / (600 / 70) = 46.7 s
                      "tokens: 1,000/1,000 done after 0:01:20, 12.5/s"]
 
@@ -220,4 +221,6 @@ def test_cli_prints_progress_lines_when_not_a_terminal(model_dirs, tmp_path):
                              "--out", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.splitlines()
-    assert lines[0].startswith("tokens: ") and "tokens: 256/256 done after" in result.stderr, result.stderr
+    assert lines[0] == f"loading {model_dirs['llama']}", result.stderr  # the phase before the first count
+    assert "tokens: 0/256 started" in lines and "tokens: 256/256 done after" in result.stderr, result.stderr
+    assert "\x1b[" not in result.stderr  # plain lines

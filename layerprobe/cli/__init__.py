@@ -48,7 +48,10 @@ def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts."""
+    from layerprobe.cli.common import show_phases
+
     quiet_libraries()
+    show_phases()
 
 
 def quiet_libraries() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import time
@@ -98,6 +99,25 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
         yield update
 
 
+class PhaseLines(logging.Handler):
+    """The library's phase announcements (progress.announce) as plain lines on stderr, above a live bar."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if os.environ.get("RANK", "0") == "0":
+            console.print(f"[dim]{escape(record.getMessage())}[/dim]", highlight=False, soft_wrap=True)
+
+
+def show_phases() -> None:
+    """Route progress.announce's records to the terminal or log (once per process)."""
+    from layerprobe.progress import PHASES
+
+    logger = logging.getLogger(PHASES)
+    if not any(isinstance(h, PhaseLines) for h in logger.handlers):
+        logger.addHandler(PhaseLines())
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 class LogProgress:
     """Plain progress lines for logs: one at a stage's first progress, one when it ends, and one at least every
     `every` seconds in between, with done/total, the rate and the time left. (A run that fails before any progress
@@ -114,6 +134,8 @@ class LogProgress:
         now = self.clock()
         if stage not in self.stages:
             self.stages[stage], self.last[stage] = (now, done), None
+            if done < total:  # a stage that starts: said at once, so a log never sits silent until its first step
+                self.write(f"{stage}: {done:,}/{total:,} started")
             return
         start, first = self.stages[stage]
         last = self.last[stage]

@@ -4,6 +4,8 @@
   sweep on it (drift: 1 - cos of the final hidden state), with the angular correlation;
 - the same on the embedded SmolLM2-135M (LLaMA, Pre-LN, real GGUF weights), with ppl and kl sweeps and the kl
   removal curves of the angular, Block Influence and last-n strategies;
+- angular and a kl sweep on the embedded Gemma 3 270M (Peri-LN: a norm before and after each sub-layer, real GGUF
+  weights), so the report sets the three placements side by side by relative depth;
 - gradnorm at initialization on in-house llama-71m models, one per placement (pre, post, mix, lns).
 """
 
@@ -25,10 +27,13 @@ from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_r
 # and first seed/batch, so `compare` can judge it against the committed reference with loose tolerances.
 # SmolLM2 is 30 layers with a 49,152-word head on 2 CPU cores: its sweeps score each of 30 variants' logits,
 # so they get fewer tokens (README: "What the demo shows" gives the noise at these counts).
+# Gemma 3's head is 262,144 words (3.4x the FLOPs of its 18 blocks per token): its kl sweep scores 256 positions.
 FULL = {"angular_tokens": 65536, "prune_tokens": 16384, "smollm2_angular_tokens": 8192, "smollm2_prune_tokens": 512,
-        "lens_tokens": 256, "arch": "llama-71m", "seeds": 2, "batches": 2}
+        "lens_tokens": 256, "gemma3_angular_tokens": 2048, "gemma3_prune_tokens": 256, "gemma3_lens_tokens": 64,
+        "arch": "llama-71m", "seeds": 2, "batches": 2}
 QUICK = {"angular_tokens": 8192, "prune_tokens": 2048, "smollm2_angular_tokens": 1024, "smollm2_prune_tokens": 512,
-         "lens_tokens": 64, "arch": "llama-71m", "seeds": 1, "batches": 1}
+         "lens_tokens": 64, "gemma3_angular_tokens": 1024, "gemma3_prune_tokens": 256, "gemma3_lens_tokens": 16,
+         "arch": "llama-71m", "seeds": 1, "batches": 1}
 SEQ_LEN, BATCH, GRAD_SEQ, GRAD_BATCH = 256, 8, 128, 4
 CURVE_MAX_REMOVED = 8  # of SmolLM2's 30 layers
 CURVE_KEEP = 0.8  # kl <= ln(1/0.8) = 0.22 nats: a 135M model loses more than 0.05 nats to any one layer
@@ -77,11 +82,24 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
     return runs
 
 
+def _gemma3(folder: Path, size: dict, stage) -> list:
+    """The Peri-LN third: Gemma 3 270M (real GGUF weights, sliding-window and full attention), angular and kl."""
+    model = ModelOptions("gemma3", "float32", "cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["gemma3_angular_tokens"],
+                                                                       SEQ_LEN, BATCH),
+                                        out=str(folder / "gemma3-angular"), overwrite=True,
+                                        lens_tokens=size["gemma3_lens_tokens"]), stage("angular (Gemma 3)"))
+    data = DataOptions("builtin", "text", size["gemma3_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+    prune = run_prune(PruneConfig(task="kl", model=model, data=data, angular=str(angular.folder),
+                                  out=str(folder / "gemma3-prune-kl"), overwrite=True), stage("prune kl (Gemma 3)"))
+    return [angular, prune]
+
+
 @abandons_on_error
 def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = False,
              progress: Progress = silent) -> DemoRun:
-    """Both halves of the argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN: angular and task-free sweeps)
-    and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
+    """The argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN; Gemma 3, Peri-LN: angular and task-free
+    sweeps) and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
     exists and overwrite is off)."""
     size = QUICK if quick else FULL
     folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo (the committed reference) is kept
@@ -89,7 +107,7 @@ def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = F
     def stage(name: str) -> Progress:
         return lambda _, done, total: progress(name, done, total)
 
-    runs = _minilm(folder, size, stage) + _smollm2(folder, size, stage)
+    runs = _minilm(folder, size, stage) + _smollm2(folder, size, stage) + _gemma3(folder, size, stage)
     runs.append(run_gradnorm(GradnormConfig(arch=size["arch"], seeds=size["seeds"], batches=size["batches"],
                                             device="cpu", dtype="float32",
                                             data=DataOptions("builtin", "text", 0, GRAD_SEQ, GRAD_BATCH),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import ConfigError, TaskError, first_line
+from layerprobe.progress import announce
 
 
 SEED = 1234  # lm-eval's default seeds, recorded in the summary
@@ -53,6 +54,7 @@ class HarnessTask:
             raise ConfigError(f"--num-fewshot must be 0 or more, got {self.num_fewshot}.")
         if self.limit is not None and self.limit <= 0:
             raise ConfigError(f"--limit must be positive, got {self.limit}.")
+        announce(f"building lm-eval's task {self.name} (its task index takes about 20 s)")
         manager = None
         if self.include_path is not None:
             manager = TaskManager(include_path=self.include_path, include_defaults=False)

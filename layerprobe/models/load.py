@@ -16,6 +16,7 @@ from layerprobe.models.gguf import gemma3_file, load_gguf, read_header, resolve_
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
+from layerprobe.progress import announce
 from layerprobe.runs.manifest import weights_fingerprint
 from layerprobe.scoped import register
 from layerprobe.config import DTYPES  # declared once, with the settings that take it
@@ -164,6 +165,7 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
     import transformers
 
     source, path = locate(spec, gguf_file)
+    announce(f"loading {spec}")
     if source == "gguf":
         return read_header(path or resolve_gguf(spec, gguf_file, revision)).architecture
     try:
