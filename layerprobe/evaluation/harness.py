@@ -5,9 +5,12 @@ The only module that imports lm_eval (lazily, inside functions).
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
+import logging
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,6 +155,26 @@ def _reuse_requests(task: Any) -> None:
     task.build_all_requests = cached
 
 
+# lm-eval's warnings for what layerprobe always does on purpose (an already loaded model, one process): they
+# printed on every sweep and said nothing to the user. Every other lm-eval warning still shows.
+_ON_PURPOSE = ("`pretrained` model kwarg is not of type `str`", "Passed an already-initialized model through")
+
+
+@contextlib.contextmanager
+def _quiet_about_a_loaded_model() -> Iterator[None]:
+    """Drop lm-eval's two warnings about receiving a loaded model (HFLM's constructor), only while it runs."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_ON_PURPOSE)
+
+    logger = logging.getLogger("lm_eval.models.huggingface")  # HFLM's own logger (its module's name)
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
+
+
 def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None,
                max_memory: int | None = None, part: str = "block") -> Any:
     """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it).
@@ -159,14 +182,15 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
     With stack and variants: the shared-prefix LM that scores every variant during the baseline pass.
     """
     _import_lm_eval()
-    if variants:
-        from layerprobe.evaluation.shared_lm import shared_prefix_lm
+    with _quiet_about_a_loaded_model():
+        if variants:
+            from layerprobe.evaluation.shared_lm import shared_prefix_lm
 
-        lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part)
-    else:
-        from lm_eval.models.huggingface import HFLM
+            lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part)
+        else:
+            from lm_eval.models.huggingface import HFLM
 
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+            lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):  # layerprobe draws the progress
         setattr(lm, name, functools.partial(getattr(lm, name), disable_tqdm=True))
     return lm
