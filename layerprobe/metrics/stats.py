@@ -64,7 +64,11 @@ def power_law(x, y) -> dict[str, float] | None:
 
 
 def depth_ratio(values: list[float]) -> float | None:
-    """Mean of the last third of layers over the first third: < 1 means the quantity shrinks with depth."""
+    """Median of the last third of layers over the median of the first third: < 1 means the quantity shrinks with
+    depth. Medians, so one outlying layer (a Post-LN model's layer 0 input gradient, 50x every other) does not
+    speak for its whole third."""
+    import statistics
+
     third = max(1, len(values) // 3)
-    early, late = sum(values[:third]) / third, sum(values[-third:]) / third
+    early, late = statistics.median(values[:third]), statistics.median(values[-third:])
     return late / early if early > 0 else None

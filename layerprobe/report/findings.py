@@ -54,9 +54,14 @@ def angular_findings(run: Run) -> list[str]:
     layers, values = one["layer"].tolist(), one["distance"].tolist()
     out = []
     small = [layer for layer, d in zip(layers, values) if d < REMOVABLE]
-    if small:
-        out.append(f"Layers {spans(small)} each change the representation by less than {REMOVABLE} (angular "
-                   f"distance d(l, 1)): candidates for removal.")
+    if small and len(small) <= len(layers) // 4:
+        which = f"Layers {spans(small)} each change" if len(small) > 1 else f"Layer {small[0]} changes"
+        out.append(f"{which} the representation by less than {REMOVABLE} (angular distance d(l, 1)): "
+                   f"candidate{'s' if len(small) > 1 else ''} for removal.")
+    elif small:  # most of the stack under the line: the line no longer tells layers apart
+        out.append(f"{len(small)} of {len(layers)} layers change the representation by less than {REMOVABLE} (angular "
+                   "distance d(l, 1)): too many to remove together, so the threshold does not pick layers here; the "
+                   "ranking below does, and a prune sweep measures what each costs.")
     order = sorted(zip(values, layers))
     out.append("Least change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[:3])
                + "; most change: " + ", ".join(f"layer {layer} ({d:.3f})" for d, layer in order[::-1][:3]) + ".")
@@ -96,6 +101,11 @@ def prune_findings(run: Run) -> list[str]:
     higher = s.get("higher_is_better", True)
     ordered = main.sort_values("delta", ascending=not higher)
     out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
+    chance = at_chance(s, main)
+    if chance is not None:
+        out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "
+                   "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
+                   "the model can do, or more documents.")
     k = min(3, len(ordered) // 2)  # never the same layer in both lists
     out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(k).itertuples())
            + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(k)[::-1].itertuples())
@@ -132,6 +142,29 @@ def prune_findings(run: Run) -> list[str]:
                    f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; none "
                    "predicts it well here (all below 0.4): measure with prune.")
     return out
+
+
+# Chance accuracy of multiple-choice tasks whose choices are fixed (curves draw it; findings warn at it)
+CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "hellaswag": 0.25, "openbookqa": 0.25,
+          "piqa": 0.5, "winogrande": 0.5, "boolq": 0.5}
+
+
+def chance_of(task: str, metric: str) -> float | None:
+    """The chance accuracy of a task's accuracy metric (an MMLU subject or group counts as mmlu), else None."""
+    if not str(metric).startswith("acc"):
+        return None
+    return CHANCE.get("mmlu" if str(task).startswith("mmlu") else str(task))
+
+
+def at_chance(summary: dict, main: Any) -> float | None:
+    """The chance level when the unpruned score is within two standard errors of it (or below it), else None."""
+    chance = chance_of(summary.get("task", ""), summary.get("metric", ""))
+    baseline = summary.get("baseline")
+    if chance is None or baseline is None:
+        return None
+    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main else []
+    margin = 2 * float(stderr.iloc[0]) if len(stderr) else 0.02
+    return chance if baseline <= chance + margin else None
 
 
 def _by_kind(main: Any, ordered: Any, higher: bool) -> str:

@@ -35,11 +35,9 @@ from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.runs.columns import CURVE, names
+from layerprobe.report.findings import chance_of
 
 CURVE_COLUMNS = names(CURVE)  # runs/columns.py
-# Chance accuracy of multiple-choice tasks whose choices are fixed (drawn as a line on the plot)
-CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "hellaswag": 0.25, "openbookqa": 0.25,
-          "piqa": 0.5, "winogrande": 0.5, "boolq": 0.5}
 
 CurveRun = RunResult  # tables: curve (CURVE_COLUMNS), scores (the prune rows of every scored set)
 
@@ -231,7 +229,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers)
     baseline = float(table["baseline"].iloc[0])
-    chance = CHANCE.get("mmlu" if config.task.startswith("mmlu") else config.task) if metric.startswith("acc") else None
+    chance = chance_of(config.task, metric)  # drawn as a line on the plot
     if task.needs_corpus and "greedy" in settings.strategies:
         warnings.append(f"greedy chose its layers by {settings.greedy_metric} on the same probe tokens the curve is "
                         "scored on; score it on another task or corpus for a held-out comparison.")

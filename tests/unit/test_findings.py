@@ -1,0 +1,53 @@
+"""Findings that must not mislead: a threshold that covers most of the stack picks nothing, a sweep whose unpruned
+model scores at chance says its ranking is noise, and one outlying layer does not speak for a third of the stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from layerprobe.metrics.stats import depth_ratio
+from layerprobe.report.findings import angular_findings, prune_findings
+from layerprobe.runs.read import Run
+
+
+def angular_run(distances: list[float]) -> Run:
+    rows = [{"layer": layer, "n": 1, "distance": d, "tokens": 100} for layer, d in enumerate(distances)]
+    return Run(Path("."), "angular", {"model": "m", "num_layers": len(distances)}, {},
+               {"angular": pd.DataFrame(rows)})
+
+
+def test_a_threshold_under_most_layers_names_no_candidates():
+    many = angular_run([0.5, 0.15, 0.12, 0.1, 0.11, 0.13, 0.14, 0.3])  # 6 of 8 under 0.2, as SmolLM2's 28 of 30
+    text = " ".join(angular_findings(many))
+    assert "candidates for removal" not in text and "6 of 8 layers change the representation by less than 0.2" in text
+    few = angular_run([0.5, 0.4, 0.35, 0.1, 0.45, 0.3, 0.4, 0.5])  # one layer under the line: a candidate
+    assert "Layer 3 changes the representation by less than 0.2 (angular distance d(l, 1)): candidate for" in \
+        " ".join(angular_findings(few))
+
+
+def prune_run(task: str, baseline: float, stderr: float) -> Run:
+    rows = [{"layer": i, "block": 1, "removed": str(i), "metric": "acc", "baseline": baseline,
+             "pruned": baseline - 0.01 * i, "delta": -0.01 * i, "baseline_stderr": stderr, "pruned_stderr": stderr}
+            for i in range(6)]
+    summary = {"model": "m", "task": task, "metric": "acc", "higher_is_better": True, "baseline": baseline,
+               "block": 1}
+    return Run(Path("."), "prune", summary, {}, {"prune": pd.DataFrame(rows)})
+
+
+def test_a_sweep_at_chance_says_its_ranking_is_noise():
+    at = " ".join(prune_findings(prune_run("mmlu_anatomy", 0.2, 0.035)))  # MMLU anatomy at 0.2: below chance
+    assert "scores at chance (acc 0.2, chance 0.25)" in at and "ranking below is noise" in at
+    near = " ".join(prune_findings(prune_run("arc_easy", 0.30, 0.03)))  # within two standard errors of 0.25
+    assert "scores at chance" in near
+    above = " ".join(prune_findings(prune_run("arc_easy", 0.60, 0.02)))
+    assert "chance" not in above and "Cheapest to remove" in above
+    assert "chance" not in " ".join(prune_findings(prune_run("my_local_task", 0.2, 0.03)))  # chance unknown
+
+
+def test_one_outlying_layer_does_not_speak_for_its_third():
+    # a Post-LN model's input gradients: layer 0 50x every other layer, the rest flat
+    values = [50.0] + [1.0] * 11
+    assert depth_ratio(values) == 1.0  # flat: the mean of the thirds said 1 / 12.75 = 0.08, "vanishing"
+    assert depth_ratio([4.0, 4.0, 4.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0]) == 0.25  # a real trend still shows
