@@ -254,3 +254,15 @@ def test_damaged_tables_are_refused_by_every_reader(tmp_path):
     (tmp_path / "curve" / "curve.csv").write_text(text[: len(text) - 3])
     assert_error(runner.invoke(app, ["export", "--from-curve", str(tmp_path / "curve"), "--out", str(tmp_path / "e")]),
                  "ends inside a row")
+
+
+def test_compare_says_when_the_settings_differ(model_dirs, tmp_path):
+    """Two runs measured with other settings: the verdict still comes, with a note naming each difference."""
+    common = ["angular", model_dirs["llama"], "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2"]
+    for name, tokens in (("a", 128), ("b", 128), ("c", 256)):
+        assert invoke(*common, "--tokens", tokens, "--out", tmp_path / name).exit_code == 0
+    same = invoke("compare", tmp_path / "a", tmp_path / "b")
+    assert same.exit_code == 0 and "settings" not in same.output
+    other = invoke("compare", tmp_path / "a", tmp_path / "c", "--tolerance", "angular=1")
+    assert "settings that change the numbers differ (data.tokens 128 -> 256)" in " ".join(other.output.split())
+    assert "OK: all" in other.output
