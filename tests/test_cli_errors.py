@@ -224,3 +224,17 @@ def test_cli_prints_progress_lines_when_not_a_terminal(model_dirs, tmp_path):
     assert lines[0] == f"loading {model_dirs['llama']}", result.stderr  # the phase before the first count
     assert "tokens: 0/256 started" in lines and "tokens: 256/256 done after" in result.stderr, result.stderr
     assert "\x1b[" not in result.stderr  # plain lines
+
+
+def test_a_one_batch_sweep_moves_its_bar_per_variant(model_dirs, tmp_path):
+    """A short sweep is one batch: its progress moves as each variant is scored, never 0/64 until done."""
+    from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+
+    calls = []
+    run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), device="cpu"),
+                          data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=2), out=str(tmp_path / "r")),
+              lambda *call: calls.append(call))
+    done = [d for stage, d, total in calls if stage == "tokens"]
+    assert done[0] == 0 and done[-1] == 64 and done == sorted(done)
+    assert len({d for d in done if 0 < d < 64}) >= 3  # 4 layers: steps inside the one batch

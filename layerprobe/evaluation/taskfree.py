@@ -9,6 +9,7 @@ whole model, for about half the block-forwards.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,11 @@ from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture, produced_inside, replay_from
 from layerprobe.models.layers import BlockStack
 from layerprobe.models.surgery import removed, removed_sublayers, tail_only
+
+
+def _none(scored: int) -> None:
+    """A tick that shows nothing."""
+
 
 def model_output(output: Any) -> torch.Tensor:
     """Logits of an LM head, else the final hidden state."""
@@ -91,36 +97,45 @@ def replayable(calls: list, variants: list[Variant], part: str = "block") -> lis
 
 
 def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
-                       ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
+                       ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block",
+                       tick: Callable[[int], None] = _none) -> None:
     """One original forward; each variant restarts from the stored input of its first removed block (but those
-    removing a block whose outputs feed later blocks' arguments: a full forward, hooks.produced_inside)."""
+    removing a block whose outputs feed later blocks' arguments: a full forward, hooks.produced_inside).
+    tick(n): n variants of this batch are scored (progress inside a batch)."""
     with BlockCapture(stack, keep_calls=True) as capture:
         original = model_output(model(input_ids=ids, attention_mask=mask))
         states, calls = list(capture.states), list(capture.calls)
     add_baseline(metric, original, ids, sums)
     original = Original(metric, original)
     replayed = replayable(calls, variants, part)
+    scored = 0
     with tail_only(model, stack) as replay:
         replay.like(capture)
         for variant in replayed:
             replay.value = replay_variant(model, stack, calls, states, variant, part)  # (batch, seq, d)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
             sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+            scored += 1
+            tick(scored)
         replay.value = None
     for variant in variants:
         if variant not in replayed:
             with removed(model, variant.removed, part, stack):
                 pruned = model_output(model(input_ids=ids, attention_mask=mask))
             sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+            scored += 1
+            tick(scored)
 
 
 def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list[Variant],
-                      ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block") -> None:
+                      ids: torch.Tensor, mask: torch.Tensor, sums: Sums, part: str = "block",
+                      tick: Callable[[int], None] = _none) -> None:
     """The plain way: delete the layers, run the whole model, restore; per variant."""
     original = model_output(model(input_ids=ids, attention_mask=mask))
     add_baseline(metric, original, ids, sums)
     original = Original(metric, original)
-    for variant in variants:
+    for scored, variant in enumerate(variants, 1):
         with removed(model, variant.removed, part, stack):
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
         sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+        tick(scored)

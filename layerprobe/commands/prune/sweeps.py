@@ -117,7 +117,11 @@ class TaskfreeSweep:
             if index < sums.batches:
                 continue  # finished before an interruption; the stream is deterministic
             ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
-            score(probe.model, probe.stack, metric, job.variants, ids, mask, sums, config.part)
+            # progress inside the batch, one step per variant (a short sweep is one or two batches)
+            def tick(scored: int, before: int = tokens, size: int = batch.tokens) -> None:
+                job.progress("tokens", before + size * scored // (len(job.variants) + 1), total)
+
+            score(probe.model, probe.stack, metric, job.variants, ids, mask, sums, config.part, tick)
             _check_finite(sums, metric, index, probe.loaded.dtype)  # before saving: finished batches stay valid
             sums.batches += 1
             tokens += batch.tokens
