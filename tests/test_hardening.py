@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -50,6 +51,12 @@ def test_float16_overflow_is_named_not_measured(tokenizer, tmp_path):
         result = invoke(*command, folder, *TINY, "--dtype", "float16", "--out", tmp_path / command[-1])
         assert_error(result, "NaN or infinite in batch 0 at float16")
         assert "--dtype float32" in result.output
+    # the default run folder: a failed run leaves no empty reports/<model>/ behind, and a folder that was there stays
+    assert_error(invoke("angular", folder, *TINY, "--dtype", "float16"), "NaN or infinite")
+    assert not Path("reports").exists()
+    Path("reports").mkdir()
+    assert_error(invoke("angular", folder, *TINY, "--dtype", "float16"), "NaN or infinite")
+    assert Path("reports").is_dir() and not any(Path("reports").iterdir())
     assert invoke("angular", folder, *TINY, "--dtype", "float32", "--out", tmp_path / "ok").exit_code == 0
 
 

@@ -191,6 +191,9 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
             from lm_eval.models.huggingface import HFLM
 
             lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
+    if getattr(lm, "prefix_token_id", 0) is None:  # lm-eval would fail deep inside its first request
+        raise TaskError("The tokenizer has neither a BOS nor an EOS token, which lm-eval puts before every context: "
+                        "use the model's own tokenizer, or set bos_token in its tokenizer_config.json.")
     for name in ("loglikelihood", "loglikelihood_rolling", "generate_until"):  # layerprobe draws the progress
         setattr(lm, name, functools.partial(getattr(lm, name), disable_tqdm=True))
     return lm

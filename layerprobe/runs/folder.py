@@ -115,11 +115,13 @@ def release_run_dir(path: Path) -> None:
 
 ABANDONED = "unfinished"  # the lock's text once its run has stopped: the folder is unfinished and free to resume
 _unfinished: list[Path] = []  # folders this process left unfinished
+_made: dict[Path, list[Path]] = {}  # run folder -> the parent folders claiming it created, deepest first
 
 
 @atexit.register
 def abandon_run_dirs() -> list[Path]:
-    """An error or Ctrl-C ends the run. A folder that got nothing is removed; one with partial work keeps its lock,
+    """An error or Ctrl-C ends the run. A folder that got nothing is removed, with the parents that claiming it made
+    while they stay empty (never a folder that was there before); one with partial work keeps its lock,
     rewritten to say no process holds it, as the mark of an unfinished run (--resume takes it over). Returns every
     folder this process has left unfinished."""
     for path in list(_held):
@@ -128,6 +130,9 @@ def abandon_run_dirs() -> list[Path]:
             if [p.name for p in path.iterdir()] == [LOCK]:
                 (path / LOCK).unlink(missing_ok=True)
                 path.rmdir()
+                for parent in _made.pop(path, []):  # only folders this process made, and only while empty
+                    if parent.is_dir() and not any(parent.iterdir()):
+                        parent.rmdir()
             else:
                 (path / LOCK).write_text(ABANDONED + "\n")
                 _unfinished.append(path)
@@ -198,8 +203,10 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
         for _ in range(100):
             if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
                 path = _sibling(out)
+            missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path):
+                _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 return path
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "
