@@ -266,3 +266,11 @@ def test_compare_says_when_the_settings_differ(model_dirs, tmp_path):
     other = invoke("compare", tmp_path / "a", tmp_path / "c", "--tolerance", "angular=1")
     assert "settings that change the numbers differ (data.tokens 128 -> 256)" in " ".join(other.output.split())
     assert "OK: all" in other.output
+    # report of two runs of one model: told apart by their folders; a second report keeps the first one's page
+    assert invoke("report", tmp_path / "a", tmp_path / "c").exit_code == 0
+    page = (tmp_path / "report.md").read_text()
+    assert "### llama [a]" in page and "### llama [c]" in page
+    first = (tmp_path / "report.html").read_bytes()
+    again = invoke("report", tmp_path / "b")
+    assert again.exit_code == 0 and (tmp_path / "report-2" / "report.html").is_file()
+    assert (tmp_path / "report.html").read_bytes() == first and "report-2" in again.output

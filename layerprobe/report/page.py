@@ -37,6 +37,9 @@ class Report:
     runs: int
 
 
+PLACEMENT_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN", "mix": "Mix-LN"}
+
+
 def _figures(runs: list[Run], folder: Path) -> list[tuple[str, Path]]:
     """Overlay plots when several runs of one command are side by side (x = relative depth)."""
     made = []
@@ -47,7 +50,9 @@ def _figures(runs: list[Run], folder: Path) -> list[tuple[str, Path]]:
         series = []
         for run in group:
             x, y = kind.function("overlay")(run)
-            series.append((run.label, x, y, int(run.summary.get("num_layers") or len(x))))
+            placement = run.summary.get("placement")  # the lines' point: where each model normalizes
+            label = f"{run.label}, {PLACEMENT_NAMES[placement]}" if placement in PLACEMENT_NAMES else run.label
+            series.append((label, x, y, int(run.summary.get("num_layers") or len(x))))
         ylabel, title = kind.overlay_axis
         path = folder / f"overlay_{command}"
         save_figure(path, overlay_figure(series, ylabel, title), ("png",))
@@ -178,12 +183,28 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
     return Report(out / "report.html", out / "report.md", figures, len(runs))
 
 
+def name_alike(runs: list[Run]) -> None:
+    """Runs that would carry one label (`report baseline new`: both 'minilm') get their folder's name added, and
+    its parent's when the names are alike too."""
+    from collections import Counter
+
+    for depth in (1, 2):
+        counts = Counter(r.label for r in runs)
+        for run in runs:
+            if counts[run.label] > 1:
+                where = run.folder.name if depth == 1 else "/".join(run.folder.resolve().parts[-2:])
+                run.alias = f"{run.base_label} [{where}]"
+
+
 def report_runs(paths: list[str], out: str | None = None) -> Report:
     """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
     if not paths:
         raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
     runs = [run for path in paths for run in find_runs(path).values()]
+    name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
+    if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it
+        folder = next(folder / f"report-{n}" for n in range(2, 10_000) if not (folder / f"report-{n}").exists())
     models = sorted({r.model for r in runs})
     title = f"layerprobe report: {', '.join(models[:3])}{' ...' if len(models) > 3 else ''}"
     return write_report(runs, folder, title)

@@ -23,6 +23,7 @@ class Kind:
     data_table: str  # 'module:function' (run) -> the per-layer DataFrame printed under the plot
     comparer: str | None = None  # 'module:function' (old, new, tolerance, into, name), None: not comparable
     label_key: str | None = None  # summary key added to the model name in labels, e.g. the task
+    label_word: str = ""  # a word after it, so two kinds of one task read apart ("kl" and "kl curve")
     overlay: str | None = None  # 'module:function' (run) -> (layers, values): one line of the report's overlay
     overlay_axis: tuple[str, str] = ("", "")  # the overlay's (y label, title)
 
@@ -48,7 +49,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "Removal curves: the score as more layers go, by strategy",
          (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"), ("keep", "keep")),
          "layerprobe.report.findings:curve_findings", "layerprobe.report.tables:curve_table",
-         "layerprobe.runs.compare:compare_curve", label_key="task"),
+         "layerprobe.runs.compare:compare_curve", label_key="task", label_word="curve"),
     Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
          (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
          "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",

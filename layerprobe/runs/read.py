@@ -21,6 +21,7 @@ class Run:
     summary: dict
     manifest: dict
     tables: dict[str, Any] = field(default_factory=dict)  # file stem -> DataFrame
+    alias: str | None = None  # a label given where two runs would read alike (report: the folder's name added)
 
     @property
     def model(self) -> str:
@@ -34,8 +35,13 @@ class Run:
     @property
     def label(self) -> str:
         """Short name for tables and legends: the model, plus the task where it helps."""
-        key = self.kind.label_key
-        return f"{self.model} ({self.summary.get(key)})" if key else self.model
+        return self.alias or self.base_label
+
+    @property
+    def base_label(self) -> str:
+        """The label from the run's own summary: the model, plus the task where it helps."""
+        key, word = self.kind.label_key, self.kind.label_word
+        return f"{self.model} ({self.summary.get(key)}{' ' + word if word else ''})" if key else self.model
 
     def plot(self) -> Path | None:
         path = self.folder / self.kind.plot
