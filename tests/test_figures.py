@@ -34,9 +34,18 @@ def test_heatmap_scales_to_the_data_and_labels_are_readable():
     texts = {t.get_text(): t.get_color() for t in fig.axes[0].texts}
     assert f"{max(upper):.3f}" in texts and texts[f"{max(upper):.3f}"] == "white"  # the darkest cell
     assert texts[f"{min(upper):.3f}"] == "black"  # the lightest (yellow) cell
-    assert "this run's range" in fig.axes[1].get_ylabel()
+    assert "shared" not in fig.axes[1].get_ylabel()  # this run's own range, on the bar's ticks
     shared = angular_heatmap(d, "t", limits=(0.1, 0.9))
-    assert shared.axes[0].images[0].get_clim() == (0.1, 0.9) and "shared" in shared.axes[1].get_ylabel()
+    assert shared.axes[0].images[0].get_clim() == (0.1, 0.9) and "shared scale" in shared.axes[1].get_ylabel()
+    # the colour bar's label fits beside the bar (it was twice the bar's height and padded the figure)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    for figure in (fig, shared):
+        canvas = FigureCanvasAgg(figure)
+        canvas.draw()
+        label = figure.axes[1].yaxis.label.get_window_extent(canvas.get_renderer())
+        bar = figure.axes[1].get_window_extent(canvas.get_renderer())
+        assert label.height <= bar.height
 
 
 def test_prune_plot_zeros_align_and_nothing_covers_the_axes():
@@ -135,3 +144,33 @@ def test_a_hybrids_layers_by_kind_in_the_angular_findings():
     line = next(line for line in findings(run) if line.startswith("By kind"))
     assert line == ("By kind of layer, median d(l, 1): mamba 0.060 (2 layers), attention 0.250 (2 layers); the mamba "
                     "layers change the representation least.")
+
+
+def test_a_log_cost_axis_keeps_ticks_where_the_typical_bars_are():
+    from layerprobe.plots.bars import prune_bars
+
+    delta = np.array([40000.0, 400.0, 30.0] + [3.0 + i % 5 for i in range(27)])  # SmolLM2's ppl dP, in shape
+    fig = prune_bars([str(i) for i in range(30)], delta, "ppl", "t")
+    ax = fig.axes[0]
+    low, high = ax.get_ylim()
+    shown = [t for t in ax.get_yticks() if low <= t <= high]
+    assert ax.get_yscale() == "symlog" and any(0 < t <= 10 for t in shown)  # a tick among the typical bars
+    typical = float(np.median(delta))
+    assert any(typical <= t <= 5 * typical for t in shown)
+
+
+def test_a_curve_of_a_zero_baseline_draws_no_unpruned_line_and_keeps_its_legend_off_the_axes():
+    import pandas as pd
+
+    from layerprobe.plots.curve import curve_plot
+
+    table = pd.DataFrame({"strategy": ["angular"] * 3, "k": [1, 2, 3], "fraction": [0.1, 0.2, 0.3],
+                          "score": [0.05, 0.3, 2.0], "metric": ["kl"] * 3})
+    fig = curve_plot(table, "kl", 0.0, None, 0.2231, "t")
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and len(fig.legends) == 1  # under the axes, not over the tolerance line
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert not any(text.startswith("unpruned") for text in labels) and any("tolerance" in t for t in labels)
+    accuracy = table.assign(score=[0.6, 0.5, 0.3], metric="acc")
+    labels = [t.get_text() for t in curve_plot(accuracy, "acc", 0.62, 0.25, 0.589, "t").legends[0].get_texts()]
+    assert "unpruned (0.62)" in labels and "chance (0.25)" in labels

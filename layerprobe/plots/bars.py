@@ -16,6 +16,24 @@ def aligned_zero(bars: tuple[float, float], line_top: float) -> tuple[float, flo
     return low / high * line_top, line_top
 
 
+def symlog_axis(ax: Any, linear_to: float, top: float) -> None:
+    """Linear from 0 to a round `linear_to` (ticks inside it too, so the typical bars can be read), then one tick
+    per decade up to `top`."""
+    import math
+
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    edge = 10 ** math.floor(math.log10(linear_to))
+    edge *= next(m for m in (1, 2, 5, 10) if m * edge >= linear_to)  # 1, 2 or 5 times a power of ten
+    ax.set_yscale("symlog", linthresh=edge, linscale=1.0)
+    decades = [10.0 ** p for p in range(math.floor(math.log10(edge)) + 1, math.ceil(math.log10(top)) + 1)]
+    ticks = sorted({0.0, edge / 2, edge, *(d for d in decades if d >= 3 * edge)})  # labels that do not touch
+    ax.yaxis.set_major_locator(FixedLocator(ticks + [-t for t in ticks[1:]]))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if abs(v) < 1e4 else
+                                               f"{'-' if v < 0 else ''}$10^{{{round(math.log10(abs(v)))}}}$"))
+
+
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
                distance: np.ndarray | None = None, correlation: float | None = None,
                signals: dict[str, float] | None = None, block: int = 1, kinds: list[str] | None = None) -> Any:
@@ -34,7 +52,7 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
     if len(delta) > 4 and middle > 0 and float(np.max(np.abs(delta))) > 100 * middle:
         # one removal costs 100x the typical one (layer 0 of a Pre-LN model): linear up to the typical cost,
         # logarithmic beyond, so the other bars stay readable
-        ax.set_yscale("symlog", linthresh=middle * 4, linscale=1.0)
+        symlog_axis(ax, middle * 4, float(np.max(np.abs(delta))))
     layer_ticks(ax, range(len(labels)), kinds, "Removed layer $\\ell$" if block == 1 else
                 f"Removed block of {block} layers, from $\\ell$", labels)
     ax.tick_params(axis="x", labelrotation=90 if len(labels) > 24 else 0)

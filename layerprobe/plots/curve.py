@@ -20,7 +20,8 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
         rows = rows.sort_values("k")
         ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
                 linewidth=1.4, label=known.label if known else strategy)
-    ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
+    if baseline != 0:  # kl and drift: the unpruned model's 0 is the axis itself (the curves start there)
+        ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
     ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
     if chance is not None:
         ax.axhline(chance, color="#8e44ad", linewidth=0.9, linestyle="-.", label=f"chance ({chance:g})")
@@ -39,6 +40,10 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
     ax.set_ylabel(metric)
     ax.set_title(title, fontsize=10, pad=8)
     ax.grid(alpha=0.25, linewidth=0.6)
-    ax.legend(fontsize=8, frameon=True, framealpha=0.9, edgecolor="none", loc="best")
-    fig.tight_layout()
+    # the legend under the axes: never over a curve or the tolerance line
+    handles, labels = ax.get_legend_handles_labels()
+    rows = -(-len(labels) // 3)
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.set_figheight(fig.get_figheight() + 0.22 * rows)
+    fig.tight_layout(rect=(0, 0.26 * rows / fig.get_figheight() + 0.01, 1, 1))
     return fig
