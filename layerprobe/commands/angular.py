@@ -12,6 +12,7 @@ from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
 from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
+from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
 from layerprobe.metrics.lens import LensAccumulator
@@ -306,7 +307,7 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
     angular, layers = angular_tables(stats, ranks, lens, kinds, routing)
     best = angular.loc[angular.groupby("n")["distance"].idxmin()]
     best_per_n = [
-        {"n": int(r.n), "layer": int(r.layer), "layers": f"{int(r.layer)}-{int(r.layer + r.n - 1)}", "distance": float(r.distance)}
+        {"n": int(r.n), "layer": int(r.layer), "layers": ranges_label(list(range(int(r.layer), int(r.layer + r.n)))), "distance": float(r.distance)}
         for r in best.itertuples()
     ]
     summary = {"command": "angular", **facts, "seconds": round(seconds, 3), "prune_first": best_per_n,

@@ -23,6 +23,11 @@ def spans(layers: list[int]) -> str:
     return ", ".join(parts)
 
 
+def signed(value: float) -> str:
+    """A change with its sign, 3 significant digits; no change is '0', not '+0'."""
+    return "0" if value == 0 else f"{value:+.3g}"
+
+
 def findings(run: Run) -> list[str]:
     """Sentences about the run, from its numbers (each command's own function, named in runs/kinds.py)."""
     return run.kind.function("findings")(run)
@@ -107,8 +112,8 @@ def prune_findings(run: Run) -> list[str]:
                    "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
                    "the model can do, or more documents.")
     k = min(3, len(ordered) // 2)  # never the same layer in both lists
-    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.head(k).itertuples())
-           + "; costliest: " + ", ".join(f"{r.removed} (dP {r.delta:+.3g})" for r in ordered.tail(k)[::-1].itertuples())
+    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in ordered.head(k).itertuples())
+           + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in ordered.tail(k)[::-1].itertuples())
            + "."]
     if s.get("block", 1) == 1 and len(main) >= 3:
         out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in ordered.head(3)["layer"]],
@@ -217,9 +222,11 @@ def conflicts(runs: list[Run]) -> list[str]:
             costly = [int(x) for x in main.assign(cost=cost.to_numpy()).sort_values("cost")["layer"].tail(k)]
             both = sorted(set(cheap) & set(costly))
             if both:
-                out.append(f"{angular.model}: layer(s) {', '.join(map(str, both))} change the representation least "
-                           f"(angular) yet are among the {k} costliest to remove ({prune.summary.get('task')}): "
-                           "trust the measured cost; the angular distance misses what these layers do.")
+                which = f"layers {', '.join(map(str, both))} change" if len(both) > 1 else f"layer {both[0]} changes"
+                are, these = ("are", "these layers do") if len(both) > 1 else ("is", "this layer does")
+                out.append(f"{angular.model}: {which} the representation least "
+                           f"(angular) yet {are} among the {k} costliest to remove ({prune.summary.get('task')}): "
+                           f"trust the measured cost; the angular distance misses what {these}.")
     return out
 
 

@@ -51,3 +51,11 @@ def test_one_outlying_layer_does_not_speak_for_its_third():
     values = [50.0] + [1.0] * 11
     assert depth_ratio(values) == 1.0  # flat: the mean of the thirds said 1 / 12.75 = 0.08, "vanishing"
     assert depth_ratio([4.0, 4.0, 4.0, 2.0, 2.0, 2.0, 1.0, 1.0, 1.0]) == 0.25  # a real trend still shows
+
+
+def test_no_change_reads_0_and_a_one_layer_block_reads_as_its_layer():
+    from layerprobe.evaluation.variants import ranges_label
+    from layerprobe.report.findings import signed
+
+    assert signed(0.0) == "0" and signed(0.25) == "+0.25" and signed(-1.5e-4) == "-0.00015"
+    assert ranges_label([25]) == "25" and ranges_label([3, 4, 5]) == "3-5"  # the summary's prune_first layers
