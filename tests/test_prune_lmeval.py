@@ -254,3 +254,38 @@ def test_a_sweep_resumed_after_the_baseline_shares_the_prefix_again(model_dirs, 
     assert resumed.summary["shared_prefix"] is not None and not any("per variant" in w for w in resumed.warnings)
     assert resumed.summary["seconds"] > before > 0
     assert not list((tmp_path / "cut").glob(".*.tmp"))
+
+
+def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(model_dirs, fewshot_dir, tmp_path,
+                                                                              monkeypatch):
+    """The shared pass (the unpruned model and every variant) is most of an lm-eval sweep: it reports progress per
+    batch of requests, saves what it answered, and a run stopped inside it resumes there, to the same numbers."""
+    from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+    from layerprobe.evaluation import shared_lm
+
+    monkeypatch.setattr(shared_lm, "SAVE_EVERY", 0.0)  # save after every batch
+
+    def config(out, **kw):
+        return PruneConfig(task="shot_mc", include_path=str(fewshot_dir), out=str(out), **kw,
+                           model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
+                           data=DataOptions("builtin", "text", 64, 32, 2))
+
+    seen = []
+    whole = run_prune(config(tmp_path / "whole"), lambda *call: seen.append(call))
+    steps = [(done, total) for stage, done, total in seen if stage.startswith("requests")]
+    assert steps[0][0] == 0 and steps[-1][0] == steps[-1][1] and len(steps) > 3  # batch by batch, to the end
+
+    def stop_inside_the_pass(stage, done, total):
+        if stage.startswith("requests") and 0 < done < total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune(config(tmp_path / "cut"), stop_inside_the_pass)
+    saved = json.loads((tmp_path / "cut" / "state.json").read_text())["shared_pass"]["answers"]
+    assert saved and "baseline" not in json.loads((tmp_path / "cut" / "state.json").read_text())
+    again = []
+    resumed = run_prune(config(tmp_path / "cut", resume=True), lambda *call: again.append(call))
+    first = next(done for stage, done, _ in again if stage.startswith("requests"))
+    assert first >= len(saved) > 0  # the saved requests were not computed again
+    pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"))

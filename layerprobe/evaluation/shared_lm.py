@@ -12,8 +12,11 @@ computed the plain way on the model as the sweep left it (layers removed).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -62,6 +65,15 @@ def bytes_per_sequence(model: Any, stack: BlockStack, width: int) -> int:
     return (len(stack.blocks) + 1) * width * hidden * param.element_size() + width * vocab * 4
 
 
+SAVE_EVERY = 60.0  # seconds between saves of an unfinished shared pass
+
+
+def request_key(context: list[int], continuation: list[int]) -> str:
+    """One loglikelihood request, by its tokens and where the continuation starts (a JSON-safe key)."""
+    digest = hashlib.sha1(repr((len(continuation), *context, *continuation)).encode("ascii"))
+    return digest.hexdigest()
+
+
 @register_model("layerprobe-shared")
 class SharedPrefixLM(HFLM):
     """HFLM whose loglikelihood pass for the unpruned model also answers every variant (see module doc)."""
@@ -75,6 +87,25 @@ class SharedPrefixLM(HFLM):
         self.store: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}  # by tokens
         self.by_text: dict[str, dict[tuple, tuple[float, bool]]] = {v.label: {} for v in variants}  # by strings
         self.answered = self.computed = 0  # requests answered from the store / computed the plain way
+        self.labels: list[str | None] = [None, *(v.label for v in variants)]  # the order of a saved answer's items
+        self.saved: dict[str, list] = {}  # request key -> [[loglikelihood, greedy] per label]: this pass so far
+        self.tick: Callable[[int, int], None] = lambda done, total: None  # (requests answered, requests)
+        self.save: Callable[[dict], None] | None = None  # called with the pass so far, at most every SAVE_EVERY s
+        self.saved_at = time.monotonic()
+
+    def resume_pass(self, state: dict | None) -> None:
+        """Answers an interrupted pass saved (`pass_state`): those requests are not computed again."""
+        if not state:
+            return
+        where = {label: i for i, label in enumerate(state.get("labels", []))}
+        wanted = [where.get(str(label)) for label in self.labels]  # a resumed sweep asks for fewer variants
+        if None not in wanted:
+            self.saved = {key: [answers[i] for i in wanted] for key, answers in state["answers"].items()}
+            self.chosen = state.get("chosen")  # the batch the saved answers were computed at
+
+    def pass_state(self) -> dict:
+        """The pass so far, for the run's state.json: labels and each answered request's answers."""
+        return {"labels": [str(label) for label in self.labels], "answers": self.saved, "chosen": self.chosen}
 
     def loglikelihood(self, requests, disable_tqdm: bool = False):
         """A variant whose every request is in the store is answered before any tokenization."""
@@ -98,12 +129,30 @@ class SharedPrefixLM(HFLM):
         return self._shared(requests)
 
     def _shared(self, requests):
+        """Every label's answer to every request: those an interrupted pass saved, the rest computed."""
+        keys = [request_key(r[1], r[2]) for r in requests]
+        todo = [r for r, key in zip(requests, keys) if key not in self.saved]
+        if todo:
+            self._compute(todo, len(requests) - len(todo), len(requests))
+        if self.save is not None:
+            self.save(self.pass_state())
+        answers = {label: [tuple(self.saved[key][i]) for key in keys] for i, label in enumerate(self.labels)}
+        for label in self.store:
+            for r, answer in zip(requests, answers[label]):
+                self.store[label][(tuple(r[1]), tuple(r[2]))] = answer
+                if r[0] is not None:  # (context, continuation) strings; None for rolling windows
+                    self.by_text[label][tuple(r[0])] = answer
+        self.computed += len(todo)
+        return answers[None]
+
+    def _compute(self, requests, done: int, total: int) -> None:
+        """Score `requests` for the unpruned model and every variant, into self.saved (by request key)."""
         # HFLM's own ordering and grouping (one row serves all one-token continuations of a context)
         order = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])),
                          group_by="contexts" if self.logits_cache else None,
                          group_fn=lambda r: r[-2] + r[-1][:-1])
-        results: dict[str | None, list] = {None: [], **{v.label: [] for v in self.variants}}
         size = self.choose_batch(requests)
+        self.tick(done, total)
         for chunk in order.get_batched(n=size, batch_fn=None):
             inps, inplens, conts = [], [], []
             for _, context_enc, continuation_enc in chunk:
@@ -121,26 +170,28 @@ class SharedPrefixLM(HFLM):
             offsets = [0, *itertools.accumulate(k for _, k in spans)]  # row -> first scored position
             for row, (request_str, ctx_tokens, cont_tokens) in enumerate(chunk):
                 first, last = offsets[row], offsets[row + 1]
-                expansion = [torch.tensor(toks, dtype=torch.long, device=self.device).unsqueeze(0)  # (1, cont)
-                             for _, toks, _ in order.get_cache(req_str=request_str, cxt_toks=ctx_tokens,
-                                                               cont_toks=cont_tokens,
-                                                               logits=per_variant[None][first:last].unsqueeze(0))]
-                for label, all_logp in per_variant.items():
-                    logp = all_logp[first:last].unsqueeze(0)  # (1, cont, vocab)
+                whole = ctx_tokens + cont_tokens[:-1]  # what every request of the row's group shares
+                expanded = list(order.get_cache(req_str=request_str, cxt_toks=ctx_tokens, cont_toks=cont_tokens,
+                                                logits=per_variant[None][first:last].unsqueeze(0)))
+                # one entry per distinct request of the group (a request asked twice has one answer)
+                group = {request_key(whole[:len(whole) + 1 - len(toks)], list(toks)):
+                         torch.tensor(toks, dtype=torch.long, device=self.device).unsqueeze(0)  # (1, cont)
+                         for _, toks, _ in expanded}
+                for key in group:
+                    self.saved[key] = []
+                for label in self.labels:
+                    logp = per_variant[label][first:last].unsqueeze(0)  # (1, cont, vocab)
                     greedy = logp.argmax(dim=-1)
-                    for toks in expansion:
+                    for key, toks in group.items():
                         equal = bool((greedy[:, -toks.shape[1]:] == toks).all())
                         # trailing slice: continuations of one group may differ in length (HFLM does the same)
                         picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
-                        results[label].append((float(picked.sum()), equal))
-        answers = {label: order.get_original(values) for label, values in results.items()}
-        for label in self.store:
-            for r, answer in zip(requests, answers[label]):
-                self.store[label][(tuple(r[1]), tuple(r[2]))] = answer
-                if r[0] is not None:  # (context, continuation) strings; None for rolling windows
-                    self.by_text[label][tuple(r[0])] = answer
-        self.computed += len(requests)
-        return answers[None]
+                        self.saved[key].append([float(picked.sum()), equal])
+                done += len(expanded)
+            if self.save is not None and time.monotonic() - self.saved_at >= SAVE_EVERY:
+                self.save(self.pass_state())  # a kill loses at most the last SAVE_EVERY seconds of the pass
+                self.saved_at = time.monotonic()
+            self.tick(done, total)
 
     def choose_batch(self, requests) -> int:
         """The user's batch size, or fewer sequences when the longest request's activations would not fit."""

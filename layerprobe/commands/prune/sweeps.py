@@ -232,6 +232,11 @@ class HarnessSweep:
             if shared:
                 lm.active = label
 
+        if shared and left:  # the pass that scores every variant is most of the work: its own progress and saves
+            lm.tick = lambda done, total: job.progress("requests, every variant scored in one pass", done, total)
+            lm.resume_pass(ledger.state.get("shared_pass"))
+            lm.save = lambda state: ledger.save_state(shared_pass=state)
+
         if shared and left and ledger.state.get("baseline") is not None:
             # resumed after the baseline: one shared pass stores the remaining variants' answers again (the saved
             # baseline is kept), and they are answered from it as in an uninterrupted sweep
