@@ -44,7 +44,10 @@ class LayerprobeCallback(TrainerCallback):
 
     def _log(self, values: dict, step: int) -> None:
         if self.trainer is not None:
+            # Trainer.log clears control.should_log: kept as it was, so the step's own loss is still logged
+            pending = self.trainer.control.should_log
             self.trainer.log(dict(values))  # the Trainer logs at its global_step: the step measured
+            self.trainer.control.should_log = pending
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, processing_class: Any = None,
                        **kwargs: Any) -> None:

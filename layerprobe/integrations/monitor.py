@@ -49,7 +49,7 @@ def monitor_settings(settings: MonitorSettings | None = None, **options: Any) ->
         raise ConfigError(f"Unknown monitor setting(s) {', '.join(unknown)}: use {', '.join(sorted(own | DATA_FIELDS))}.")
     data = dataclasses.replace(settings.data, **{k: v for k, v in options.items() if k in DATA_FIELDS})
     settings = dataclasses.replace(settings, data=data, **{k: v for k, v in options.items() if k in own})
-    validate(settings)
+    validate(settings, every=True)
     return settings
 
 
