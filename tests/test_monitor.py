@@ -64,7 +64,7 @@ class HandGrads(transformers.TrainerCallback):
 
 
 def _train(tok, out: Path, model=None, monitor: bool = True, accumulation: int = 1, save: bool = False,
-           report: tuple = ()) -> tuple:
+           report: tuple = (), every: int = 2) -> tuple:
     model = model if model is not None else _model(tok)
     args = transformers.TrainingArguments(
         output_dir=str(out), max_steps=4, per_device_train_batch_size=2, gradient_accumulation_steps=accumulation,
@@ -74,7 +74,7 @@ def _train(tok, out: Path, model=None, monitor: bool = True, accumulation: int =
     hand = HandGrads()
     trainer = transformers.Trainer(model=model, args=args, train_dataset=_dataset(tok), processing_class=tok,
                                    callbacks=[hand])
-    callback = LayerprobeCallback(every=2, out=str(out / "monitor"), **PROBE).attach(trainer) if monitor else None
+    callback = LayerprobeCallback(every=every, out=str(out / "monitor"), **PROBE).attach(trainer) if monitor else None
     trainer.train()
     return trainer, callback, hand
 
@@ -155,10 +155,11 @@ def test_tensorboard_event_file_holds_the_keys(trained):
 
 
 def test_gradient_accumulation_reads_the_summed_gradients(tokenizer, tmp_path):
-    trainer, callback, hand = _train(tokenizer, tmp_path, accumulation=2)
+    trainer, callback, hand = _train(tokenizer, tmp_path, accumulation=2, every=3)
     table = callback.run.monitor
-    for step in (2, 4):
-        assert _layers_at(table, step)["grad_norm"].dropna().tolist() == pytest.approx(hand.norms[step], rel=1e-9)
+    assert sorted(table["step"].unique()) == [0, 3, 4]  # 4: the final weights, measured when training ends
+    assert _layers_at(table, 3)["grad_norm"].dropna().tolist() == pytest.approx(hand.norms[3], rel=1e-9)
+    assert _layers_at(table, 4)["grad_norm"].isna().all()
     assert callback.run.summary["trainer"] == {"max_grad_norm": 1.0, "gradient_accumulation_steps": 2}
 
 
