@@ -41,6 +41,7 @@ def train_seconds(opts, tok, data, device: str, every: int | None, out: str) -> 
         logging_steps=50, save_strategy="no", report_to=[], seed=0, use_cpu=device == "cpu",
         dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, processing_class=tok)
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # no log lines on stdout, in every run
     if every is not None:
         LayerprobeCallback(every=every, out=os.path.join(out, f"monitor-{every}"), overwrite=True).attach(trainer)
     start = time.perf_counter()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from layerprobe.integrations.measure import rank_and_size
+from layerprobe.integrations.measure import isolated, rank_and_size
 from layerprobe.metrics.stats import depth_ratio
 from layerprobe.plots.monitor import monitor_figure
 from layerprobe.runs.folder import model_label
@@ -47,6 +47,19 @@ def _last(table: Any) -> dict:
             "variance_late_over_early": depth_ratio(blocks["variance"].tolist())}
 
 
+def placement(model: Any, stack: Any) -> dict:
+    """Where the blocks normalize (models/norms.py: pre, post, peri, mix or unknown), read from one short forward
+    that leaves the model as it was."""
+    from layerprobe.models.norms import block_placements, model_placement
+
+    try:
+        with isolated(model):
+            per_block = block_placements(model, stack)
+    except Exception:  # a model whose plain forward needs more than token ids: not read
+        per_block = ["unknown"] * len(stack.blocks)
+    return {"placement": model_placement(per_block), "placement_by_layer": per_block}
+
+
 def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
     """monitor.csv, monitor.png, summary.json, manifest.json of a LayerMonitor's rows."""
     table = monitor.table().sort_values(["step", "layer"]).reset_index(drop=True)
@@ -60,10 +73,10 @@ def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
              "tokens": int(table["tokens"].iloc[0]), "seq_len": data.seq_len, "batch_size": data.batch_size,
              "every": monitor.settings.every, "steps": sorted(int(s) for s in table["step"].unique()),
              "processes": rank_and_size()[1], "device": str(param.device), "dtype": str(param.dtype).removeprefix("torch."),
-             "crossover_step": crossover, "last": _last(table), **monitor.facts}
+             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.facts}
     summary = {"command": "monitor", **facts, "seconds": round(seconds, 3), "warnings": []}
-    figure = monitor_figure(table, f"{model_label(name)}: layers during training ({facts['tokens']:,} probe tokens)",
-                            crossover)
+    figure = monitor_figure(table, thirds(table), f"{model_label(name)} ({facts['placement']}): layers during "
+                            f"training ({facts['tokens']:,} probe tokens)", crossover)
     return write_run(folder, "monitor", tables={"monitor": table}, figures={"monitor": figure}, summary=summary,
                      config=monitor.settings, started=monitor.started, seconds=seconds,
                      facts={"model": name}, formats=monitor.settings.formats)

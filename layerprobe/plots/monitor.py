@@ -1,5 +1,5 @@
-"""monitor.png: layer x step heatmaps of d(l, 1) and of the gradient norm, the step where the deep layers' d(l, 1)
-falls below the shallow ones' marked on both."""
+"""monitor.png: layer x step heatmaps of d(l, 1) and of the gradient norm, and the shallow and deep thirds' mean
+d(l, 1) by step; the step where the deep layers' d(l, 1) falls below the shallow ones' marked on each."""
 
 from __future__ import annotations
 
@@ -28,6 +28,9 @@ def _panel(fig: Any, ax: Any, grid: np.ndarray, steps: list[int], title: str, la
     ax.set_xticks(range(0, len(steps), every), [str(s) for s in steps[::every]], fontsize=8)
     ax.set_xlabel("training step")
     ax.set_ylabel("layer l")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(title, fontsize=10)
     if crossover is not None and crossover in steps:
         ax.axvline(steps.index(crossover), color="red", linestyle="--", linewidth=1.2,
@@ -35,20 +38,34 @@ def _panel(fig: Any, ax: Any, grid: np.ndarray, steps: list[int], title: str, la
         ax.legend(loc="upper right", fontsize=7)
 
 
-def monitor_figure(table: Any, title: str, crossover: int | None) -> Any:
-    """Two panels, layer (y) by measured step (x): d(l, 1) and the parameter gradient norm (log colour scale)."""
+def _thirds_panel(ax: Any, thirds: Any, crossover: int | None) -> None:
+    """The shallow and deep thirds' mean d(l, 1) by step: where the deep line falls below, the marked step."""
+    ax.plot(thirds.index, thirds["shallow"], marker="o", markersize=3, label="first third of blocks")
+    ax.plot(thirds.index, thirds["deep"], marker="s", markersize=3, label="last third of blocks")
+    if crossover is not None:
+        ax.axvline(crossover, color="red", linestyle="--", linewidth=1.2, label=f"deep below from step {crossover}")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("mean d(l, 1)")
+    ax.set_title("shallow vs deep layers", fontsize=10)
+    ax.legend(fontsize=7)
+
+
+def monitor_figure(table: Any, thirds: Any, title: str, crossover: int | None) -> Any:
+    """Three panels: d(l, 1) and the parameter gradient norm (log colour scale), layer (y) by measured step (x),
+    and the shallow and deep thirds' mean d(l, 1) by step (thirds: a DataFrame by step, shallow and deep)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(11, 4.2))
-    left, right = fig.subplots(1, 2)
+    fig = Figure(figsize=(15, 4.2))
+    left, middle, right = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1.1, 1.1, 0.9]})
     distance, steps = _grid(table, "distance_next")
     _panel(fig, left, distance, steps, "d(x_l, x_l+1) on the probe batches", "d(l, 1)", False, crossover)
     grads, steps = _grid(table, "grad_norm")
     if np.isfinite(grads).any():
-        _panel(fig, right, grads, steps, "block parameter gradient norm", "||grad||", True, crossover)
+        _panel(fig, middle, grads, steps, "block parameter gradient norm", "||grad||", True, crossover)
     else:
-        right.set_axis_off()
-        right.text(0.5, 0.5, "no gradients recorded", ha="center", va="center")
+        middle.set_axis_off()
+        middle.text(0.5, 0.5, "no gradients recorded", ha="center", va="center")
+    _thirds_panel(right, thirds, crossover)
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig

@@ -54,7 +54,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",
          "layerprobe.runs.compare:compare_gradnorm"),
     Kind("monitor", (("monitor.csv", True),), "monitor.png", "During training: d(l, 1) and gradient norms by step",
-         (("dataset", "dataset"), ("probe tokens", "tokens"), ("every", "every"),
+         (("normalization", "placement"), ("dataset", "dataset"), ("probe tokens", "tokens"), ("every", "every"),
           ("deep below shallow from step", "crossover_step")),
          "layerprobe.report.findings:monitor_findings", "layerprobe.report.tables:monitor_table",
          "layerprobe.runs.compare:compare_monitor"),
