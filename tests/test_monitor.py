@@ -198,6 +198,9 @@ def test_plain_loop_leaves_the_model_and_rng_as_they_were(tokenizer, tmp_path):
 
 
 def test_settings_and_errors(tokenizer):
+    import layerprobe
+
+    assert layerprobe.LayerMonitor is LayerMonitor and layerprobe.LayerprobeCallback is LayerprobeCallback
     for path, f, _ in walk(MonitorSettings):
         assert isinstance(mark_of(f), Mark), path
     model = _model(tokenizer)
