@@ -6,7 +6,9 @@ prints the ratios.
 An in-house Pre-LN model (default `tiny`) trains --steps AdamW steps on the builtin corpus; the callback measures
 its default probe set (4,096 tokens of the builtin corpus, 16 x 256) at each recorded step and writes a run folder
 (in a temporary directory). Runs are interleaved (plain, every=50, every=500, then again) and the median taken,
-since these machines are shared; the load average before and after is printed with the ratios.
+since these machines are shared; the load average before and after is printed with the ratios. Each monitored run
+also adds up the seconds spent inside the callback's hooks and prints the same-run ratio total / (total - those
+seconds), which a shared machine's load shifts far less than the ratio of two runs.
 """
 
 from __future__ import annotations
@@ -31,8 +33,35 @@ from layerprobe.models.inhouse import build, make_config  # noqa: E402
 from layerprobe.models.load import embedded_model_dir, resolve_device  # noqa: E402
 
 
-def train_seconds(opts, tok, data, device: str, every: int | None, out: str) -> float:
-    """Wall seconds of trainer.train() for a fresh seed-0 model, with the callback at `every` (None: without)."""
+class TimedCallback(LayerprobeCallback):
+    """The callback, with the wall seconds spent inside its hooks added up: the same run's own account of its cost,
+    which a shared machine's load shifts far less than it shifts two separate runs."""
+
+    seconds = 0.0
+
+    def _timed(self, hook, *args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return hook(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def on_train_begin(self, *args, **kwargs):
+        return self._timed(super().on_train_begin, *args, **kwargs)
+
+    def on_pre_optimizer_step(self, *args, **kwargs):
+        return self._timed(super().on_pre_optimizer_step, *args, **kwargs)
+
+    def on_step_end(self, *args, **kwargs):
+        return self._timed(super().on_step_end, *args, **kwargs)
+
+    def on_train_end(self, *args, **kwargs):
+        return self._timed(super().on_train_end, *args, **kwargs)
+
+
+def train_seconds(opts, tok, data, device: str, every: int | None, out: str) -> tuple[float, float]:
+    """(wall seconds of trainer.train(), seconds inside the callback) for a fresh seed-0 model, with the callback at
+    `every` (None: without)."""
     torch.manual_seed(0)
     model = build(make_config(opts.arch, "pre", vocab_size=len(tok), max_position_embeddings=max(1024, opts.seq_len)),
                   device)
@@ -42,13 +71,14 @@ def train_seconds(opts, tok, data, device: str, every: int | None, out: str) -> 
         dataloader_num_workers=0, disable_tqdm=True)
     trainer = transformers.Trainer(model=model, args=args, train_dataset=data, processing_class=tok)
     trainer.remove_callback(transformers.trainer_callback.PrinterCallback)  # no log lines on stdout, in every run
+    callback = None
     if every is not None:
-        LayerprobeCallback(every=every, out=os.path.join(out, f"monitor-{every}"), overwrite=True).attach(trainer)
+        callback = TimedCallback(every=every, out=os.path.join(out, f"monitor-{every}"), overwrite=True).attach(trainer)
     start = time.perf_counter()
     trainer.train()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, callback.seconds if callback is not None else 0.0
 
 
 def main() -> None:
@@ -67,18 +97,22 @@ def main() -> None:
             if b.input_ids.shape[1] == opts.seq_len]
     load_before = os.getloadavg()
     times: dict[str, list[float]] = {"plain": [], "every=50": [], "every=500": []}
+    inside: dict[str, list[float]] = {name: [] for name in times}
     with tempfile.TemporaryDirectory() as out:
         for _ in range(opts.repeats):
             for name, every in (("plain", None), ("every=50", 50), ("every=500", 500)):
-                times[name].append(train_seconds(opts, tok, data, device, every, out))
+                seconds, spent = train_seconds(opts, tok, data, device, every, out)
+                times[name].append(seconds)
+                inside[name].append(spent)
     base = statistics.median(times["plain"])
     print(f"{opts.arch} pre, {opts.steps} steps of {opts.batch_size} x {opts.seq_len} on {device}, "
           f"{opts.repeats} interleaved repeats (median); load average {load_before[0]:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after, {os.cpu_count()} CPUs")
     print(f"  plain      {base:8.2f} s")
     for name in ("every=50", "every=500"):
-        seconds = statistics.median(times[name])
-        print(f"  {name:<10} {seconds:8.2f} s   ratio {seconds / base:.3f}")
+        seconds, spent = statistics.median(times[name]), statistics.median(inside[name])
+        print(f"  {name:<10} {seconds:8.2f} s   ratio {seconds / base:.3f}   in the callback {spent:.2f} s: "
+              f"same-run ratio {seconds / (seconds - spent):.3f}")
 
 
 if __name__ == "__main__":
