@@ -39,9 +39,11 @@ _API = {
     "LayerprobeError": "layerprobe.errors:LayerprobeError",
     "resolve": "layerprobe.settings:resolve",
     "validate": "layerprobe.settings:validate",
+    "LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",  # during training: a plain loop
+    "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback",  # during training: HF Trainer
     **{name: f"layerprobe.config:{name}" for name in (
         "AngularConfig", "PruneConfig", "CurveSettings", "GradnormConfig", "TrainSettings", "ExportConfig",
-        "ToyConfig", "ModelOptions", "DataOptions")},
+        "ToyConfig", "ModelOptions", "DataOptions", "MonitorSettings")},
 }
 
 

@@ -266,6 +266,24 @@ class ToyConfig:
         return asdict(self)
 
 
+
+@dataclass
+class MonitorSettings:
+    """`layerprobe.integrations`: layers measured inside a training run (LayerMonitor, LayerprobeCallback)."""
+
+    every: int = setting(50, minimum=1, help="Measure every N optimizer steps (and at the step training starts from).")
+    data: DataOptions = setting(factory=lambda: DataOptions(dataset="builtin", tokens=4096, seq_len=256, batch_size=4),
+                                help="The fixed probe batches measured at each recorded step.")
+    layers_path: str | None = setting(None, help="Dotted path of the block ModuleList, e.g. model.layers "
+                                      "(default: found by architecture).")
+    out: str | None = setting(None, **_OUT, help="Run folder the rows are appended to (None: no folder, log only).")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 # ---- project defaults ---------------------------------------------------------------------------------------
 
 # [tool.layerprobe] keys: every setting marked project=True, plus those of whole runs (out: the parent of every

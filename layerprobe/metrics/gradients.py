@@ -67,3 +67,17 @@ def output_variance(hidden: torch.Tensor, mask: torch.Tensor | None = None) -> f
     if mask is not None:
         return float((per_token * mask).sum() / mask.sum())
     return float(per_token.mean())
+
+
+def param_grad_norms(blocks: Any) -> list[float]:
+    """L2 norm of each block's parameter gradients as they are now (`.grad` after a backward), summed in float64;
+    NaN for a block none of whose parameters holds a gradient. Reads, never changes, the gradients."""
+    norms = []
+    for block in blocks:
+        grads = [p.grad for p in block.parameters() if p.grad is not None]
+        if not grads:
+            norms.append(float("nan"))
+            continue
+        square = sum(float(torch.linalg.vector_norm(g.detach(), dtype=torch.float64).square()) for g in grads)
+        norms.append(square ** 0.5)
+    return norms

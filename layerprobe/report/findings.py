@@ -250,6 +250,24 @@ def gradnorm_findings(run: Run) -> list[str]:
     return out
 
 
+def monitor_findings(run: Run) -> list[str]:
+    """When the deep layers' d(l, 1) fell below the shallow ones', and the depth profile at the last step."""
+    s, last = run.summary, run.summary.get("last", {})
+    steps = s.get("steps", [])
+    out = [f"Measured at {len(steps)} steps ({steps[0] if steps else '?'} to {steps[-1] if steps else '?'}), every "
+           f"{s.get('every')} on {s.get('tokens')} probe positions."]
+    shallow, deep = last.get("shallow_distance"), last.get("deep_distance")
+    if shallow is not None and deep is not None:
+        where = (f"from step {s['crossover_step']} on" if s.get("crossover_step") is not None
+                 else "not below at the last step")
+        out.append(f"At step {last.get('step')} the deep third's mean d(l, 1) is {deep:.3f} against the shallow "
+                   f"third's {shallow:.3f} (deep below shallow: {where}).")
+    ratio = last.get("grad_late_over_early")
+    if ratio is not None:
+        out.append(f"The last third of blocks has {ratio:.2g}x the gradient norm of the first third at that step.")
+    return out
+
+
 def toy_findings(run: Run) -> list[str]:
     out = []
     for norm, by_alpha in run.summary.get("fits", {}).items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprobe.runs.columns import LAYERS
+from layerprobe.runs.columns import LAYERS, MONITOR
 from layerprobe.runs.read import Run
 
 
@@ -48,6 +48,14 @@ def gradnorm_table(run: Run) -> Any:
     order = list(dict.fromkeys(params["norm"]))  # as in the plot's legend
     wide = params.pivot(index="layer", columns="norm", values="grad_norm")[order].reset_index()
     return wide.rename(columns={norm: f"{norm}: param grad norm" for norm in order})
+
+
+def monitor_table(run: Run) -> Any:
+    """The last measured step's row per layer, labelled as in runs/columns.py."""
+    table = run.tables["monitor"]
+    last = table[table["step"] == table["step"].max()]
+    shown = [c for c in MONITOR if c.label != "" and c.name in last]
+    return last[[c.name for c in shown]].rename(columns={c.name: c.label for c in shown if c.label})
 
 
 def angular_by_depth(run: Run) -> tuple[Any, Any]:

@@ -100,8 +100,22 @@ VARIANCE = (  # variance.csv: the output variance of each block
     Column("std", "its standard deviation"),
     Column("samples", "seeds x batches averaged"),
 )
+MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step, x_l)
+    Column("step", "optimizer steps taken when measured (the step training started from: no gradient yet)", key=True),
+    Column("layer", "l, 0-based; the last row is the last block's output", key=True),
+    Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi on the probe batches, mean over positions", "[0, 1]",
+           label="d(l, 1)"),
+    Column("block_influence", "Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]", label="BI"),
+    Column("norm", "mean L2 norm of x_l", "activation units"),
+    Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2"),
+    Column("grad_norm", "L2 norm of block l's parameter gradients from that step's own backward, as the optimizer "
+           "takes them (after the Trainer's clipping); empty at the start step and in the last row", optional=True,
+           label="grad norm"),
+    Column("tokens", "probe positions measured", "positions", label=""),
+)
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
-          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY}
+          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY,
+          "monitor.csv": MONITOR}
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:

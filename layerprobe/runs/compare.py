@@ -2,9 +2,11 @@
 
 Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]):
     angular   absolute change of any d(l, n)                                   default 0.02
+              (monitor runs: of each d(l, 1) at each measured step)
     prune     change of the baseline score (in the bad direction) or of any layer's dP, as a fraction
               of the baseline score's magnitude (or of the largest |dP| when larger: kl, drift)  default 0.05
     gradnorm  relative change of any block's gradient norm (params or input)    default 0.25
+              (monitor runs: of each block's gradient norm at each measured step)
     variance  relative change of any block's output variance                   default 0.25
 """
 
@@ -222,6 +224,23 @@ def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str)
         for (norm, step, layer), value in va.items():
             _relative(into, name, "variance", f"{norm} step {step} layer {layer}", float(value),
                       float(vb[(norm, step, layer)]), tol["variance"])
+
+
+def compare_monitor(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    """d(l, 1) at each (step, layer) within the angular tolerance; each block's gradient norm, where both runs have
+    one, within the gradnorm tolerance (relative); the deep-below-shallow step is noted where it moved."""
+    a, b = (t.tables["monitor"].set_index(["step", "layer"]) for t in (old, new))
+    _same_keys(a.index, b.index, "monitor.csv (steps, layers)")
+    for (step, layer), row in a[a["distance_next"].notna()].iterrows():
+        value, other = float(row["distance_next"]), float(b.loc[(step, layer), "distance_next"])
+        into.checks.append(Check(name, "monitor d(l,1)", f"step {step} layer {layer}", value, other, other - value,
+                                 tol["angular"], outside(value, other, other - value, tol["angular"])))
+    for (step, layer), row in a[a["grad_norm"].notna()].iterrows():
+        _relative(into, name, "monitor grad", f"step {step} layer {layer}", float(row["grad_norm"]),
+                  float(b.loc[(step, layer), "grad_norm"]), tol["gradnorm"])
+    before, after = old.summary.get("crossover_step"), new.summary.get("crossover_step")
+    if before != after:
+        into.notes.append(f"{name + ': ' if name else ''}deep d(l,1) below shallow from step {before} -> {after}")
 
 
 def _relative(into: Comparison, name: str, metric: str, where: str, old: float, new: float, tol: float) -> None:

@@ -136,6 +136,30 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
             "output variance"),
         Key("final_loss", D, "--steps: the last step's mean loss per placement", required=False),
     ),
+    "monitor": RUN + (
+        Key("model", S, "the trained model: its name_or_path, or its class"),
+        Key("architecture", S, "the model's class"),
+        Key("layers_path", S, "dotted path of the block list measured"),
+        Key("num_layers", I, "blocks in the stack"),
+        Key("dataset", S, "the probe corpus (or 'the given probe batches')"),
+        Key("tokens", I, "probe positions measured at each step"),
+        Key("seq_len", I, "probe sequence length"),
+        Key("batch_size", I, "probe sequences per forward"),
+        Key("every", I, "measured every N optimizer steps"),
+        Key("steps", L, "the steps measured"),
+        Key("processes", I, "processes of the training run (DDP ranks share the probe batches)"),
+        Key("device", S, "the device the model trained on"),
+        Key("dtype", S, "the model's parameter dtype"),
+        Key("crossover_step", I, "the first measured step from which the deep third's mean d(l, 1) stays below the "
+            "shallow third's (null: not below at the last step)", optional=True),
+        Key("last", D, "at the last measured step: shallow and deep thirds' mean d(l, 1), and the late-over-early "
+            "ratios of the gradient norm and of the variance"),
+        Key("trainer", D, "the HF Trainer's max_grad_norm and gradient_accumulation_steps (LayerprobeCallback)",
+            required=False),
+        Key("placement", S, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
+            "unknown"),
+        Key("placement_by_layer", L, "the placement of each block"),
+    ),
     "toy": RUN + (
         Key("model", S, "toy"),
         Key("num_layers", I, "residual blocks"),

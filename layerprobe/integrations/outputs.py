@@ -1,0 +1,82 @@
+"""The finished monitor run: the depth summary (when the deep layers' d(l, 1) falls below the shallow ones'),
+monitor.png, summary.json and manifest.json, written through runs/write.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from layerprobe.integrations.measure import isolated, rank_and_size
+from layerprobe.metrics.stats import depth_ratio
+from layerprobe.plots.monitor import monitor_figure
+from layerprobe.runs.folder import model_label
+from layerprobe.runs.write import RunResult, write_run
+
+
+def thirds(table: Any) -> Any:
+    """Per measured step, the mean d(l, 1) of the first and of the last third of the blocks: a DataFrame indexed
+    by step with columns shallow and deep."""
+    blocks = table[table["distance_next"].notna()]
+    count = int(blocks["layer"].max()) + 1
+    third = max(1, count // 3)
+    by_step = blocks.pivot(index="step", columns="layer", values="distance_next").sort_index()
+    return by_step.iloc[:, :third].mean(axis=1).to_frame("shallow").assign(deep=by_step.iloc[:, -third:].mean(axis=1))
+
+
+def crossover_step(table: Any) -> int | None:
+    """The first measured step from which the deep third's mean d(l, 1) stays below the shallow third's, up to the
+    last step measured; None when it is not below at the last step."""
+    means = thirds(table)
+    below = (means["deep"] < means["shallow"]).tolist()
+    if not below or not below[-1]:
+        return None
+    first = len(below) - 1
+    while first > 0 and below[first - 1]:
+        first -= 1
+    return int(means.index[first])
+
+
+def _last(table: Any) -> dict:
+    last = table[table["step"] == table["step"].max()]
+    blocks = last[last["distance_next"].notna()]
+    means = thirds(table).iloc[-1]
+    grads = blocks["grad_norm"].dropna().tolist()
+    return {"step": int(last["step"].iloc[0]), "shallow_distance": float(means["shallow"]),
+            "deep_distance": float(means["deep"]),
+            "grad_late_over_early": depth_ratio(grads) if len(grads) == len(blocks) else None,
+            "variance_late_over_early": depth_ratio(blocks["variance"].tolist())}
+
+
+def placement(model: Any, stack: Any) -> dict:
+    """Where the blocks normalize (models/norms.py: pre, post, peri, mix or unknown), read from one short forward
+    that leaves the model as it was."""
+    from layerprobe.models.norms import block_placements, model_placement
+
+    try:
+        with isolated(model):
+            per_block = block_placements(model, stack)
+    except Exception:  # a model whose plain forward needs more than token ids: not read
+        per_block = ["unknown"] * len(stack.blocks)
+    return {"placement": model_placement(per_block), "placement_by_layer": per_block}
+
+
+def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
+    """monitor.csv, monitor.png, summary.json, manifest.json of a LayerMonitor's rows."""
+    table = monitor.table().sort_values(["step", "layer"]).reset_index(drop=True)
+    model = monitor.model
+    param = next(model.parameters())
+    name = str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
+    crossover = crossover_step(table)
+    data = monitor.settings.data
+    facts = {"model": name, "architecture": type(model).__name__, "layers_path": monitor.stack.path,
+             "num_layers": len(monitor.stack.blocks), "dataset": monitor.dataset,
+             "tokens": int(table["tokens"].iloc[0]), "seq_len": data.seq_len, "batch_size": data.batch_size,
+             "every": monitor.settings.every, "steps": sorted(int(s) for s in table["step"].unique()),
+             "processes": rank_and_size()[1], "device": str(param.device), "dtype": str(param.dtype).removeprefix("torch."),
+             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.facts}
+    summary = {"command": "monitor", **facts, "seconds": round(seconds, 3), "warnings": []}
+    figure = monitor_figure(table, thirds(table), f"{model_label(name)} ({facts['placement']}): layers during "
+                            f"training ({facts['tokens']:,} probe tokens)", crossover)
+    return write_run(folder, "monitor", tables={"monitor": table}, figures={"monitor": figure}, summary=summary,
+                     config=monitor.settings, started=monitor.started, seconds=seconds,
+                     facts={"model": name}, formats=monitor.settings.formats)
