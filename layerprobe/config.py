@@ -24,6 +24,7 @@ NORM_TYPES = ("rmsnorm", "layernorm")
 PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen block
 POSITIONS = ("all", "last")
 FORMATS = ("png", "svg", "pdf")
+GREEDY_ENDS = ("keep", "allow")  # greedy: never remove the first and last remaining block (SLEB), or allow it
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 
@@ -129,6 +130,8 @@ class CurveSettings:
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
     greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
                                  "corpus, kl or ppl.")
+    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, help="--curve: keep (SLEB's rule: greedy never removes "
+                               "the first or the last remaining block) or allow (any block).")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
 
@@ -198,6 +201,8 @@ class ExportConfig:
     timing_batch: int = setting(1, minimum=1, flag="", help="The batch the time per token is measured on.")
     timing_seq_len: int = setting(128, minimum=1, flag="", help="The sequence length the time per token is measured on.")
     timing_repeats: int = setting(5, minimum=1, flag="", help="Forwards per model, median taken.")
+    timing_new_tokens: int = setting(16, minimum=0, flag="", help="Tokens generate decodes per repeat for the decode "
+                                     "tokens/s (0: no decode timing).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

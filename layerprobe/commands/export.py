@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.gain import measure_gain, model_inputs
 from layerprobe.config import ExportConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
@@ -99,43 +98,12 @@ def zero_sublayers(model: Any, stack: Any, ids: list[int], part: str) -> list[st
     return zeroed
 
 
-def _inputs(model: Any, ids: Any) -> dict:
-    """Text in: an encoder-decoder's decoder reads the same tokens (as layerprobe measured it)."""
-    return {"input_ids": ids, **({"decoder_input_ids": ids} if model.config.is_encoder_decoder else {})}
-
-
-def _forward_seconds(model: Any, ids: Any, repeats: int) -> float:
-    import torch
-
-    times = []
-    with torch.inference_mode():
-        model(**_inputs(model, ids))  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(**_inputs(model, ids))
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: int) -> dict:
-    """Parameters and seconds per forward token, original vs pruned, on the same batch, alternated in one run."""
-    params = sum(p.numel() for p in model.parameters())
-    kept = params - sum(p.numel() for i in ids for p in stack.blocks[i].parameters())
-    original = _forward_seconds(model, batch, repeats)
-    with removed_layers(model, ids, stack):
-        pruned = _forward_seconds(model, batch, repeats)
-    tokens = batch.numel()
-    return {"parameters_original": params, "parameters_exported": kept, "parameter_ratio": kept / params,
-            "seconds_per_token_original": original / tokens, "seconds_per_token_exported": pruned / tokens,
-            "time_ratio": pruned / original, "timing_batch": list(batch.shape), "timing_repeats": repeats}
-
-
 def _output(model: Any, batch: Any) -> Any:
     """Logits, or the last hidden state of a model without an LM head."""
     import torch
 
     with torch.inference_mode():
-        out = model(**_inputs(model, batch))
+        out = model(**model_inputs(model, batch))
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
@@ -287,7 +255,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     batch = torch.randint(0, vocab, (config.timing_batch, length), generator=generator)
     batch = batch.to(loaded.device)
     progress("export", 1, 4)
-    gain = measure_gain(model, stack, ids, batch, config.timing_repeats) if part == "block" else None
+    gain = measure_gain(model, stack, ids, batch, config.timing_repeats, part, config.timing_new_tokens, longest)
     head_class = type(model).__name__
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")  # this process's own: never another's
     shutil.rmtree(partial, ignore_errors=True)

@@ -112,6 +112,8 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
         Key("max_removed", I, "largest k"),
         Key("strategies", L, "the strategies scored"),
         Key("greedy_metric", S, "what greedy minimized", optional=True),
+        Key("greedy_ends", S, "greedy: keep (never the first or last remaining block, SLEB's rule) or allow",
+            optional=True),
         Key("sets_scored", I, "distinct layer sets scored"),
         Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
     ),
