@@ -30,6 +30,7 @@ _API = {
     "curve": "layerprobe.commands.prune.curve:run_curve",
     "gradnorm": "layerprobe.commands.gradnorm.run:run_gradnorm",
     "export": "layerprobe.commands.export:run_export",
+    "heal": "layerprobe.commands.heal.run:run_heal",
     "toy": "layerprobe.commands.toy:run_toy",
     "merge": "layerprobe.commands.prune.merge:merge_shards",
     "compare": "layerprobe.runs.compare:compare_folders",
@@ -41,7 +42,7 @@ _API = {
     "validate": "layerprobe.settings:validate",
     **{name: f"layerprobe.config:{name}" for name in (
         "AngularConfig", "PruneConfig", "CurveSettings", "GradnormConfig", "TrainSettings", "ExportConfig",
-        "ToyConfig", "ModelOptions", "DataOptions")},
+        "HealConfig", "ToyConfig", "ModelOptions", "DataOptions")},
 }
 
 

@@ -138,7 +138,7 @@ def remote(folder: Path) -> dict:
     return {"trust_remote_code": True} if json.loads((folder / "config.json").read_text()).get("auto_map") else {}
 
 
-def _verify(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
+def verify_reload(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
     """Reload the exported folder with plain transformers: the largest difference of its output to `want`, the
     output of the model pruned in place (blocks removed, or sub-layers removed by hooks)."""
     reloaded = loader(folder, head_class).from_pretrained(folder, dtype=dtype, **remote(folder)).eval().to(batch.device)
@@ -169,7 +169,7 @@ def _head(spec: str, config: ExportConfig) -> str:
     return "as-saved"  # any other class (GPT2LMHeadModel, BertForSequenceClassification, ...) as it was saved
 
 
-def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
+def removal_record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
             difference: float | None, gain: dict | None) -> dict:
     """layerprobe-removal.json: what was removed from what, the convention, the verification and the gain."""
     keep = [i for i in range(len(stack)) if i not in ids]
@@ -274,7 +274,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                 model.save_pretrained(partial)
         progress("export", 2, 4)
         dtype = next(model.parameters()).dtype
-        difference = _verify(partial, want, head_class, batch, dtype) if config.verify else None
+        difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
         tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
         if difference is not None and not difference <= tolerance:
             raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
@@ -282,7 +282,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                            f"architecture ({head_class}).")
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
-        removal = _record(loaded, stack, ids, part, zeroed, config, difference, gain)
+        removal = removal_record(loaded, stack, ids, part, zeroed, config, difference, gain)
         atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
         if part == "block":
             # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id

@@ -100,8 +100,17 @@ VARIANCE = (  # variance.csv: the output variance of each block
     Column("std", "its standard deviation"),
     Column("samples", "seeds x batches averaged"),
 )
+HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
+    Column("step", "AdamW updates done (0: before healing)", key=True),
+    Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
+           "on its batch, before its update; empty at step 0", "nats"),
+    Column("lr", "the learning rate of the step's update"),
+    Column("heldout_ppl", "perplexity of the healed model on the held-out text, every --eval-every steps (else empty)"),
+    Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
+           "--eval-every steps (else empty)", "nats"),
+)
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
-          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY}
+          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL}
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:
