@@ -262,6 +262,24 @@ def test_kill_then_resume_equals_an_uninterrupted_run(healed, model_dirs, tmp_pa
     assert not (out / "pass.safetensors").exists()
 
 
+def test_heal_an_exported_folder_and_report_it(model_dirs, tmp_path):
+    import json
+
+    exported, out = tmp_path / "exported", tmp_path / "healed"
+    done = runner.invoke(app, ["export", str(model_dirs["llama"]), "--remove", "2", "--out", str(exported),
+                               "--no-verify"])
+    assert done.exit_code == 0, done.output
+    args = [a for a in HEAL if a not in ("--remove", "1")]
+    result = runner.invoke(app, ["heal", str(exported), *[{"8": "2"}.get(a, a) for a in args], "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["removed_layers"] == [2] and summary["exported_from"] == str(exported)
+    assert summary["num_layers"] == 4 and summary["num_layers_healed"] == 3  # healed from the export's source
+    report = runner.invoke(app, ["report", str(out), "--out", str(tmp_path)])
+    assert report.exit_code == 0, report.output
+    assert "Healing the model without 2 (lm, 2 steps" in (tmp_path / "report.md").read_text()
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--remove", "1", "--steps", "0"], "--steps must be positive, got 0"),
     (["--remove", "0-3"], "Cannot remove all 4 layers"),
