@@ -266,9 +266,10 @@ def test_heal_an_exported_folder_and_report_it(model_dirs, tmp_path):
     import json
 
     exported, out = tmp_path / "exported", tmp_path / "healed"
-    done = runner.invoke(app, ["export", str(model_dirs["llama"]), "--remove", "2", "--out", str(exported),
-                               "--no-verify"])
-    assert done.exit_code == 0, done.output
+    from layerprobe import ExportConfig, ModelOptions, export
+
+    export(ExportConfig(model=ModelOptions(str(model_dirs["llama"])), remove="2", out=str(exported), verify=False,
+                        timing_repeats=1, timing_new_tokens=1, timing_seq_len=8))
     args = [a for a in HEAL if a not in ("--remove", "1")]
     result = runner.invoke(app, ["heal", str(exported), *[{"8": "2"}.get(a, a) for a in args], "--out", str(out)])
     assert result.exit_code == 0, result.output
