@@ -133,6 +133,10 @@ class CurveSettings:
                                  "corpus, kl or ppl.")
     greedy_ends: str = setting("keep", choices=GREEDY_ENDS, help="--curve: keep (SLEB's rule: greedy never removes "
                                "the first or the last remaining block) or allow (any block).")
+    heal_steps: int = setting(0, minimum=0, help="--curve: heal each scored set with N LoRA steps (as layerprobe "
+                              "heal --objective lm does, on the text after the probe tokens) and score it again "
+                              "(--task ppl or kl): curve.csv's healed_score, dashed lines in curve.png; 0 = off.")
+    heal_lr: float = setting(2e-4, above=0, help="--heal-steps: peak learning rate of the healing.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
 

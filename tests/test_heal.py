@@ -281,6 +281,44 @@ def test_heal_an_exported_folder_and_report_it(model_dirs, tmp_path):
     assert "Healing the model without 2 (lm, 2 steps" in (tmp_path / "report.md").read_text()
 
 
+def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
+    import json
+
+    from layerprobe.commands.prune import curve as module
+
+    folder = model_dirs["llama"]
+    args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "last", "--max-removed", "2", *DATA,
+            "--heal-steps", "3", "--heal-lr", "1e-2"]
+    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    assert whole.exit_code == 0, whole.output
+    curve = pd.read_csv(tmp_path / "whole" / "curve.csv")
+    assert curve["healed_score"].notna().all() and (curve["healed_score"] < curve["score"]).all()
+    # the healed score of removing block 3 is layerprobe heal's held-out ppl after the same healing
+    healed = runner.invoke(app, ["heal", str(folder), "--remove", "3", *DATA, "--steps", "3", "--lr", "1e-2",
+                                 "--eval-every", "3", "--no-gain", "--out", str(tmp_path / "heal")])
+    assert healed.exit_code == 0, healed.output
+    after = json.loads((tmp_path / "heal" / "summary.json").read_text())["heldout_after"]["ppl"]
+    assert curve.loc[curve["removed"] == "3", "healed_score"].iloc[0] == pytest.approx(after, rel=1e-9)
+    # interrupted after the first healed set, then resumed: the same curve
+    original = module.heal_sets
+
+    def interrupted(config, probe, variants, ledger, progress):
+        def stop(stage, done, total):
+            if stage == "healed sets" and done == 1:
+                raise KeyboardInterrupt
+        return original(config, probe, variants, ledger, stop)
+
+    module.heal_sets = interrupted
+    try:
+        runner.invoke(app, [*args, "--out", str(tmp_path / "cut")])
+    finally:
+        module.heal_sets = original
+    assert len(json.loads((tmp_path / "cut" / "state.json").read_text())["healed"]) == 1
+    resumed = runner.invoke(app, [*args, "--out", str(tmp_path / "cut"), "--resume"])
+    assert resumed.exit_code == 0, resumed.output
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cut" / "curve.csv"), curve)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--remove", "1", "--steps", "0"], "--steps must be positive, got 0"),
     (["--remove", "0-3"], "Cannot remove all 4 layers"),

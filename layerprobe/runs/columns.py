@@ -71,6 +71,8 @@ CURVE = (  # curve.csv: one row per (strategy, k)
     Column("score", "the score without those layers"),
     Column("delta", "score - baseline"),
     Column("within", "the score is within the --keep tolerance", number=False),
+    Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
+           optional=True),
 )
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("norm", "the normalization placement", key=True, number=False),

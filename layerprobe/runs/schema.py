@@ -115,6 +115,7 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
         Key("greedy_ends", S, "greedy: keep (never the first or last remaining block, SLEB's rule) or allow",
             optional=True),
         Key("sets_scored", I, "distinct layer sets scored"),
+        Key("heal_steps", I, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
         Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
     ),
     "heal": RUN + MODEL + CORPUS + (

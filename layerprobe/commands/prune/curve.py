@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.probe import Probe
+from layerprobe.commands.prune.healed import check_healing, heal_sets
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
@@ -185,7 +186,9 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
     return {s: globals()[STRATEGIES[s].picks](choice) for s in strategies}, angular_dir  # each one's function
 
 
-def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int) -> Any:
+def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int,
+                healed: dict | None = None) -> Any:
+    """curve.csv: per strategy and k, the set removed and its score (and, with --heal-steps, its healed score)."""
     import pandas as pd
 
     scored = {(str(r["removed"]), r["metric"]): r for r in rows}
@@ -195,7 +198,8 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
             row = scored[(Variant.of(ids).label, metric)]
             table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
                           "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
-                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep)})
+                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep),
+                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan)})
     return pd.DataFrame(table, columns=CURVE_COLUMNS)
 
 
@@ -220,6 +224,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     started, clock = start_time(), time.perf_counter()
     settings = config.curve
     check_strategies(settings)
+    check_healing(config)
     if config.part not in PARTS:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
@@ -246,8 +251,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         distinct = {Variant.of(ids) for by_k in sets.values() for ids in by_k.values()}  # shared sets once
         job.variants = sorted(distinct, key=lambda v: (v.block, v.removed))
         higher = task.run(job)
+    healed = heal_sets(config, probe, job.variants, ledger, progress)  # outside inference mode: it trains
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
-    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers)
+    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers, healed)
     baseline = float(table["baseline"].iloc[0])
     chance = CHANCE.get("mmlu" if config.task.startswith("mmlu") else config.task) if metric.startswith("acc") else None
     if task.needs_corpus and "greedy" in settings.strategies:
@@ -260,6 +266,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
+               "heal_steps": settings.heal_steps,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
