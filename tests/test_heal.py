@@ -293,11 +293,14 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     assert whole.exit_code == 0, whole.output
     curve = pd.read_csv(tmp_path / "whole" / "curve.csv")
     assert curve["healed_score"].notna().all() and (curve["healed_score"] < curve["score"]).all()
-    # the healed score of removing block 3 is layerprobe heal's held-out ppl after the same healing
-    healed = runner.invoke(app, ["heal", str(folder), "--remove", "3", *DATA, "--steps", "3", "--lr", "1e-2",
-                                 "--eval-every", "3", "--no-gain", "--out", str(tmp_path / "heal")])
+    # the healed score of removing block 3 (last, k=1) is layerprobe heal's held-out ppl after the same healing
+    healed = runner.invoke(app, ["heal", "--from-curve", str(tmp_path / "whole"), "--strategy", "last", "--k", "1",
+                                 *DATA, "--steps", "3", "--lr", "1e-2", "--eval-every", "3", "--no-gain", "--out",
+                                 str(tmp_path / "heal")])
     assert healed.exit_code == 0, healed.output
-    after = json.loads((tmp_path / "heal" / "summary.json").read_text())["heldout_after"]["ppl"]
+    summary = json.loads((tmp_path / "heal" / "summary.json").read_text())
+    assert summary["removed_layers"] == [3] and summary["model"] == str(folder)
+    after = summary["heldout_after"]["ppl"]
     assert curve.loc[curve["removed"] == "3", "healed_score"].iloc[0] == pytest.approx(after, rel=1e-9)
     # interrupted after the first healed set, then resumed: the same curve
     original = module.heal_sets
