@@ -4,6 +4,7 @@ flat tensors (for an atomic resume save)."""
 from __future__ import annotations
 
 import difflib
+import warnings
 from typing import Any
 
 from layerprobe.errors import ConfigError, ModelLoadError
@@ -37,7 +38,9 @@ def with_lora(model: Any, targets: list[str], rank: int, alpha: float, seed: int
     torch.manual_seed(seed)
     config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, bias="none", target_modules=targets,
                         task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question: not the user's concern
+        warnings.simplefilter("ignore", FutureWarning)
+        return get_peft_model(model, config)
 
 
 def adapter_tensors(peft_model: Any) -> dict[str, Any]:
