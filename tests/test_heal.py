@@ -166,6 +166,8 @@ def test_healing_lowers_heldout_loss_as_a_hand_written_peft_loop_does(healed, mo
         reference_metric("ppl", full, merged, folder, 256, 32, 4), rel=1e-5)
     assert summary["heldout_after"]["kl"] == pytest.approx(
         reference_metric("kl", full, merged, folder, 256, 32, 4), rel=1e-4, abs=1e-7)
+    assert summary["heldout_unpruned_ppl"] == pytest.approx(
+        reference_metric("ppl", full, full, folder, 256, 32, 4), rel=1e-5)
 
 
 def test_merged_checkpoint_is_peft_merge_and_reloads_without_layerprobe(healed, model_dirs, tmp_path):

@@ -38,7 +38,8 @@ def heal(
     before, after = s["heldout_before"], s["heldout_after"]
     out.print(f"healed {s['model']} without {s['removed']} ({s['num_layers_healed']} of {s['num_layers']} layers "
               f"left), {s['objective']} objective, {s['steps']} steps: held-out ppl {before['ppl']:.4g} -> "
-              f"{after['ppl']:.4g}, kl {before['kl']:.4g} -> {after['kl']:.4g}", highlight=False)
+              f"{after['ppl']:.4g} (unpruned {s['heldout_unpruned_ppl']:.4g}), kl {before['kl']:.4g} -> "
+              f"{after['kl']:.4g}", highlight=False)
     if s["gain"]:
         show_gain(s["gain"], s["device"])
     out.print(f"adapter {s['adapter']}; merged checkpoint {s['merged']} -> [bold]{run.folder}[/bold]", highlight=False)

@@ -134,6 +134,7 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
         Key("train_sequences", I, "distinct training sequences after the held-out slice (cycled when fewer)"),
         Key("heldout_before", D, "ppl and kl of the shortened model on the held-out text before healing"),
         Key("heldout_after", D, "ppl and kl of the healed model on the held-out text"),
+        Key("heldout_unpruned_ppl", F, "ppl of the unpruned model on the held-out text"),
         Key("adapter", S, "the adapter folder (PeftModel.from_pretrained on the shortened model)"),
         Key("merged", S, "the merged checkpoint (plain transformers; layerprobe-removal.json with the healing record)"),
         Key("verified_max_difference", F, "largest output difference of the merged folder reloaded with plain "

@@ -66,6 +66,20 @@ def heldout_scores(models: Models, data: Data) -> tuple[float, float]:
     return finish("ppl", *sums["ppl"]), finish("kl", *sums["kl"])
 
 
+def unpruned_ppl(models: Models, data: Data) -> float:
+    """Perplexity of the unpruned model on the held-out batches (what healing could reach at best, in-domain)."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in data.heldout:
+            ids = batch.input_ids.to(models.device)
+            original = logits(models.teacher, ids)
+            step_total, step_count = metric_sum("ppl", original, original, ids)
+            total, count = total + step_total, count + step_count
+    return finish("ppl", total, count)
+
+
 def distill_loss(teacher_logits: Any, student_logits: Any) -> Any:
     """Mean over positions of KL(p || q), p the unpruned model's next-token distribution, q the shortened one's."""
     import torch

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from layerprobe.commands.export import REMOVAL_FILE, removal_record, verify_reload
 from layerprobe.commands.gain import measure_gain
-from layerprobe.commands.heal.loop import Healing, Models
+from layerprobe.commands.heal.loop import Healing, Models, unpruned_ppl
 from layerprobe.config import ExportConfig, HealConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import RunError
@@ -92,7 +92,7 @@ def save_outputs(folder: Path, config: HealConfig, probe: Any, models: Models, d
               "lora_alpha": config.lora_alpha, "trainable_parameters": trainable, "dataset": probe.corpus.description,
               "heldout_before": {"ppl": rows[0]["heldout_ppl"], "kl": rows[0]["heldout_kl"]},
               "heldout_after": {"ppl": rows[-1]["heldout_ppl"], "kl": rows[-1]["heldout_kl"]},
-              "adapter": str(folder / ADAPTER), "exported_from": record and str(config.model.model)}
+              "heldout_unpruned_ppl": unpruned_ppl(models, data), "adapter": str(folder / ADAPTER), "exported_from": record and str(config.model.model)}
     removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config, difference, gain)
     atomic_write_text(folder / MERGED / REMOVAL_FILE, json.dumps({**removal, "healing": healed}, indent=2) + "\n")
     progress("heal outputs", 3, 3)
@@ -111,6 +111,7 @@ def heal_summary(config: HealConfig, probe: Any, facts: dict, ids: list[int], ta
             "train_tokens": config.steps * config.data.batch_size * probe.seq_len,
             "train_sequences": int(data.train.shape[0] * data.train.shape[1]),
             "heldout_before": healed["heldout_before"], "heldout_after": healed["heldout_after"],
+            "heldout_unpruned_ppl": healed["heldout_unpruned_ppl"],
             "adapter": str(folder / ADAPTER), "merged": str(folder / MERGED),
             "verified_max_difference": saved["difference"], "gain": saved["gain"], "from_curve": config.from_curve,
             "strategy": config.strategy if config.from_curve else None, "exported_from": healed["exported_from"],
