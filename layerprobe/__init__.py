@@ -30,6 +30,7 @@ _API = {
     "curve": "layerprobe.commands.prune.curve:run_curve",
     "gradnorm": "layerprobe.commands.gradnorm.run:run_gradnorm",
     "export": "layerprobe.commands.export:run_export",
+    "heal": "layerprobe.commands.heal.run:run_heal",
     "toy": "layerprobe.commands.toy:run_toy",
     "merge": "layerprobe.commands.prune.merge:merge_shards",
     "compare": "layerprobe.runs.compare:compare_folders",
@@ -43,7 +44,7 @@ _API = {
     "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback",  # during training: HF Trainer
     **{name: f"layerprobe.config:{name}" for name in (
         "AngularConfig", "PruneConfig", "CurveSettings", "GradnormConfig", "TrainSettings", "ExportConfig",
-        "ToyConfig", "ModelOptions", "DataOptions", "MonitorSettings")},
+        "HealConfig", "ToyConfig", "ModelOptions", "DataOptions", "MonitorSettings")},
 }
 
 

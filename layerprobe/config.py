@@ -25,6 +25,8 @@ PARTS = ("block", "attn", "mlp")  # what a variant removes from each chosen bloc
 SUBLAYERS = ("branch", "module")  # how --part attn|mlp removes a sub-layer (models/surgery.removal_target)
 POSITIONS = ("all", "last")
 FORMATS = ("png", "svg", "pdf")
+GREEDY_ENDS = ("keep", "allow")  # greedy: never remove the first and last remaining block (SLEB), or allow it
+OBJECTIVES = ("lm", "distill")  # heal: next-token loss, or KL to the unpruned model
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 
@@ -133,6 +135,12 @@ class CurveSettings:
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
     greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
                                  "corpus, kl or ppl.")
+    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, help="--curve: keep (SLEB's rule: greedy never removes "
+                               "the first or the last remaining block) or allow (any block).")
+    heal_steps: int = setting(0, minimum=0, help="--curve: heal each scored set with N LoRA steps (as layerprobe "
+                              "heal --objective lm does, on the text after the probe tokens) and score it again "
+                              "(--task ppl or kl): curve.csv's healed_score, dashed lines in curve.png; 0 = off.")
+    heal_lr: float = setting(2e-4, above=0, help="--heal-steps: peak learning rate of the healing.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
 
@@ -204,6 +212,48 @@ class ExportConfig:
     timing_batch: int = setting(1, minimum=1, flag="", help="The batch the time per token is measured on.")
     timing_seq_len: int = setting(128, minimum=1, flag="", help="The sequence length the time per token is measured on.")
     timing_repeats: int = setting(5, minimum=1, flag="", help="Forwards per model, median taken.")
+    timing_new_tokens: int = setting(16, minimum=0, flag="", help="Tokens generate decodes per repeat for the decode "
+                                     "tokens/s (0: no decode timing).")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class HealConfig:
+    """`layerprobe heal`: LoRA adapters trained on the shortened model (peft), scored on held-out text."""
+
+    model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's or "
+                                  "the export's source).")
+    data: DataOptions = setting(factory=lambda: DataOptions(tokens=8192, seq_len=256, batch_size=4),
+                                help="The corpus: held-out text first, training text after it.")
+    remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
+                                 "27; 3,7,9-11.")
+    from_curve: str | None = setting(None, help="A `prune --curve` run folder: heal a strategy's choice.")
+    strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
+    k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
+                            "within tolerance).")
+    steps: int = setting(200, minimum=1, help="Training steps (AdamW updates of the LoRA adapters).")
+    lr: float = setting(2e-4, above=0, help="Peak learning rate: linear warmup over 10% of the steps, then cosine "
+                        "to 10%.")
+    lora_rank: int = setting(8, minimum=1, help="LoRA rank r.")
+    lora_alpha: float = setting(16.0, above=0, help="LoRA alpha (the update is scaled by alpha / r).")
+    lora_targets: tuple[str, ...] = setting((), parse="csv", help="Projections to adapt by name, comma-separated, "
+                                            "e.g. q_proj,v_proj (default: every linear projection of the kept "
+                                            "blocks' attention and MLP).")
+    objective: str = setting("lm", choices=OBJECTIVES, help="lm: next-token loss (Gromov et al.); distill: "
+                             "KL(unpruned || shortened) of next-token distributions on the same tokens.")
+    clip: float = setting(1.0, minimum=0, help="Max global gradient norm, 0 = off.")
+    seed: int = setting(0, help="Seed of the adapters' initialization.")
+    eval_every: int = setting(50, minimum=1, help="Score the held-out text every N steps (heal.csv).")
+    save_every: int = setting(50, minimum=1, numbers=False, help="Save adapters, optimizer, RNG and step every N "
+                              "steps: a kill loses at most the steps since, --resume continues.")
+    gain: bool = setting(True, numbers=False, negative=True, help="Time the original and shortened models "
+                         "(prefill, decode with generate) for the record.")
+    out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/heal).")
+    overwrite: bool = setting(False, **_OVERWRITE)
+    resume: bool = setting(False, numbers=False, help="Continue an interrupted healing in --out from its last save.")
+    formats: tuple[str, ...] = setting(("png",), **_FORMATS)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,7 +27,7 @@ STRATEGIES: dict[str, Strategy] = {s.name: s for s in (
              "angular_sets", "angular (best block of n)", "#c0392b", "o"),
     Strategy("bi", "the k layers of smallest Block Influence (ShortGPT)", "angular", "bi_sets", "Block Influence",
              "#2e86c1", "s"),
-    Strategy("greedy", "SLEB-style, one layer at a time by --greedy-metric on the probe corpus", "corpus",
+    Strategy("greedy", "SLEB-style, one layer at a time by --greedy-metric on the probe corpus, never the first or last remaining block unless --greedy-ends allow", "corpus",
              "greedy_sets", "greedy", "#27ae60", "^"),
     Strategy("last", "the last k layers", "", "last_sets", "last n layers", "#7f8c8d", "v"),
 )}

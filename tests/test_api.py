@@ -35,7 +35,7 @@ def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
     assert back.tables["angular"].equals(run.angular)
     with pytest.raises(LayerprobeError):
         angular(AngularConfig(model=ModelOptions(str(tmp_path / "missing")), data=config.data))
-    assert {"angular", "prune", "curve", "gradnorm", "export", "toy", "load_run", "LayerprobeError"} <= set(dir(layerprobe))
+    assert {"angular", "prune", "curve", "gradnorm", "export", "heal", "toy", "load_run", "LayerprobeError"} <= set(dir(layerprobe))
 
 
 def test_no_hook_outlives_the_command_that_loaded_the_model(tokenizer, corpus_file, tmp_path):

@@ -31,7 +31,7 @@ def ids(label: str) -> list[int]:
 def test_llama_kl_curve_against_hand_selection_and_independent_scores(model_dirs, tmp_path):
     folder, out = model_dirs["llama"], tmp_path / "curve"
     result = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--max-removed", "3", *DATA,
-                                 "--out", str(out)])
+                                 "--greedy-ends", "allow", "--out", str(out)])
     assert result.exit_code == 0, result.output
     curve = pd.read_csv(out / "curve.csv")
     assert list(curve.columns[:8]) == ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta"]

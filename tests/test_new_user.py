@@ -73,7 +73,7 @@ def test_seq_len_warning_only_for_what_was_asked(model_dirs, tmp_path):
 
 def test_one_name_per_meaning_and_one_way_to_show_defaults():
     helps = {c: " ".join(runner.invoke(app, [c, "--help"]).output.split())
-             for c in ("angular", "prune", "gradnorm", "toy", "report", "compare", "merge", "demo", "export")}
+             for c in ("angular", "prune", "gradnorm", "toy", "report", "compare", "merge", "demo", "export", "heal")}
     for command, text in helps.items():
         assert "[default:" not in text and "<bool>" not in text, command
     assert "--mix-alpha" in helps["gradnorm"] and "--alpha " not in helps["gradnorm"]

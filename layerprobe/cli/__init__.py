@@ -11,6 +11,7 @@ from layerprobe.cli.compare import compare
 from layerprobe.cli.demo import demo
 from layerprobe.cli.export import export
 from layerprobe.cli.gradnorm import gradnorm
+from layerprobe.cli.heal import heal
 from layerprobe.cli.merge import merge
 from layerprobe.cli.prune import prune
 from layerprobe.cli.report import report
@@ -29,6 +30,7 @@ app.command()(prune)
 app.command()(gradnorm)
 app.command()(merge)
 app.command()(export)
+app.command()(heal)
 app.command()(report)
 app.command()(compare)
 app.command()(demo)

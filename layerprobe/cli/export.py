@@ -30,10 +30,20 @@ def export(
     out.print(f"removed {done['removed_label']} ({done['part']}) of {done['num_layers_original']} layers -> "
               f"{done['num_layers_exported']} layers [bold]{done['out']}[/bold]", highlight=False)
     if gain:
-        out.print(f"parameters {gain['parameters_exported']:,} of {gain['parameters_original']:,} "
-                  f"({gain['parameter_ratio']:.1%}); time per token {gain['time_ratio']:.2f}x the original "
-                  f"(batch {gain['timing_batch'][0]} x {gain['timing_batch'][1]}, median of {gain['timing_repeats']}, "
-                  f"{done['device']})", highlight=False)
+        show_gain(gain, done["device"])
     if done["verified_max_difference"] is not None:
         out.print(f"verified: reloaded with {done['loads_with'].split('.from_pretrained')[0]}, largest output difference "
                   f"{done['verified_max_difference']:.2g}", highlight=False)
+
+
+def show_gain(gain: dict, device: str) -> None:
+    """The gain as users serve the model: each ratio shortened over original (export and heal)."""
+    decode = (f"; decode {gain['decode_speed_ratio']:.2f}x the tokens/s ({gain['decode_tokens_per_second_exported']:,.0f} "
+              f"vs {gain['decode_tokens_per_second_original']:,.0f}, batch {gain['decode_batch']}, "
+              f"{gain['decode_new_tokens']} new tokens)" if gain.get("decode_speed_ratio") else "")
+    kv = (f"; KV cache {gain['kv_cache_ratio']:.2f}x ({gain['kv_cache_bytes_per_token_exported']:,.0f} bytes/token)"
+          if gain.get("kv_cache_ratio") is not None else "")
+    out.print(f"parameters {gain['parameters_exported']:,} of {gain['parameters_original']:,} "
+              f"({gain['parameter_ratio']:.1%}), weights {gain['weights_ratio']:.2f}x; prefill time per token "
+              f"{gain['time_ratio']:.2f}x the original (batch {gain['timing_batch'][0]} x {gain['timing_batch'][1]}, "
+              f"median of {gain['timing_repeats']} alternated, {device}){decode}{kv}", highlight=False)

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
-import time
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.gain import measure_gain, model_inputs
 from layerprobe.config import ExportConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
@@ -114,43 +113,12 @@ def zero_sublayers(model: Any, stack: Any, ids: list[int], part: str) -> list[st
     return zeroed
 
 
-def _inputs(model: Any, ids: Any) -> dict:
-    """Text in: an encoder-decoder's decoder reads the same tokens (as layerprobe measured it)."""
-    return {"input_ids": ids, **({"decoder_input_ids": ids} if model.config.is_encoder_decoder else {})}
-
-
-def _forward_seconds(model: Any, ids: Any, repeats: int) -> float:
-    import torch
-
-    times = []
-    with torch.inference_mode():
-        model(**_inputs(model, ids))  # warm-up
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(**_inputs(model, ids))
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: int) -> dict:
-    """Parameters and seconds per forward token, original vs pruned, on the same batch, alternated in one run."""
-    params = sum(p.numel() for p in model.parameters())
-    kept = params - sum(p.numel() for i in ids for p in stack.blocks[i].parameters())
-    original = _forward_seconds(model, batch, repeats)
-    with removed_layers(model, ids, stack):
-        pruned = _forward_seconds(model, batch, repeats)
-    tokens = batch.numel()
-    return {"parameters_original": params, "parameters_exported": kept, "parameter_ratio": kept / params,
-            "seconds_per_token_original": original / tokens, "seconds_per_token_exported": pruned / tokens,
-            "time_ratio": pruned / original, "timing_batch": list(batch.shape), "timing_repeats": repeats}
-
-
 def _output(model: Any, batch: Any) -> Any:
     """Logits, or the last hidden state of a model without an LM head."""
     import torch
 
     with torch.inference_mode():
-        out = model(**_inputs(model, batch))
+        out = model(**model_inputs(model, batch))
     return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
 
 
@@ -185,7 +153,7 @@ def remote(folder: Path) -> dict:
     return {"trust_remote_code": True} if json.loads((folder / "config.json").read_text()).get("auto_map") else {}
 
 
-def _verify(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
+def verify_reload(folder: Path, want: Any, head_class: str, batch: Any, dtype: Any) -> float:
     """Reload the exported folder with plain transformers: the largest difference of its output to `want`, the
     output of the model pruned in place (blocks removed, or sub-layers removed by hooks)."""
     reloaded = loader(folder, head_class).from_pretrained(folder, dtype=dtype, **remote(folder)).eval().to(batch.device)
@@ -216,7 +184,7 @@ def _head(spec: str, config: ExportConfig) -> str:
     return "as-saved"  # any other class (GPT2LMHeadModel, BertForSequenceClassification, ...) as it was saved
 
 
-def _record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
+def removal_record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: list[str], config: ExportConfig,
             difference: float | None, gain: dict | None) -> dict:
     """layerprobe-removal.json: what was removed from what, the convention, the verification and the gain."""
     keep = [i for i in range(len(stack)) if i not in ids]
@@ -303,7 +271,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     batch = torch.randint(0, vocab, (config.timing_batch, length), generator=generator)
     batch = batch.to(loaded.device)
     progress("export", 1, 4)
-    gain = measure_gain(model, stack, ids, batch, config.timing_repeats) if part == "block" else None
+    gain = measure_gain(model, stack, ids, batch, config.timing_repeats, part, config.timing_new_tokens, longest)
     head_class = type(model).__name__
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")  # this process's own: never another's
     shutil.rmtree(partial, ignore_errors=True)
@@ -322,7 +290,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                 model.save_pretrained(partial)
         progress("export", 2, 4)
         dtype = next(model.parameters()).dtype
-        difference = _verify(partial, want, head_class, batch, dtype) if config.verify else None
+        difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
         tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
         if difference is not None and not difference <= tolerance:
             raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
@@ -330,7 +298,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                            f"architecture ({head_class}).")
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
-        removal = _record(loaded, stack, ids, part, zeroed, config, difference, gain)
+        removal = removal_record(loaded, stack, ids, part, zeroed, config, difference, gain)
         atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
         if part == "block":
             # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id

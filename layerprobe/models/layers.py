@@ -300,3 +300,22 @@ def kind_marks(kinds: list[str]) -> dict[str, str]:
             mark += "'"
         marks[kind] = mark
     return marks
+
+
+# Linear layers peft can adapt: torch's own, and GPT-2's transposed Conv1D (transformers.pytorch_utils)
+LINEAR_CLASSES = ("Linear", "Conv1D")
+
+
+def projections(model: Any, stack: BlockStack) -> dict[str, list[str]]:
+    """The linear projections of every block's attention and MLP sub-layers (LoRA's usual targets): their own name
+    (q_proj, down_proj, c_attn, ...) -> the dotted path of each from the model root, in block order."""
+    names = {id(m): n for n, m in model.named_modules()}
+    found: dict[str, list[str]] = {}
+    for block in stack.blocks:
+        for part in ("attn", "mlp"):
+            sublayer = find_sublayer(model, block, part).module
+            for module in sublayer.modules():
+                if type(module).__name__ in LINEAR_CLASSES and id(module) in names:
+                    path = names[id(module)]
+                    found.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+    return {name: list(dict.fromkeys(paths)) for name, paths in found.items()}

@@ -20,13 +20,17 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
         rows = rows.sort_values("k")
         ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
                 linewidth=1.4, label=known.label if known else strategy)
+        if "healed_score" in rows and rows["healed_score"].notna().any():  # --heal-steps: the healed line beside it
+            ax.plot([0.0, *rows["fraction"]], [baseline, *rows["healed_score"]], color=colour, marker=marker,
+                    markersize=3, linewidth=1.1, linestyle="--", markerfacecolor="none",
+                    label=f"{known.label if known else strategy}, healed")
     if baseline != 0:  # kl and drift: the unpruned model's 0 is the axis itself (the curves start there)
         ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
     ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
     if chance is not None:
         ax.axhline(chance, color="#8e44ad", linewidth=0.9, linestyle="-.", label=f"chance ({chance:g})")
     ax.set_xlim(0, max(fractions) * 1.02 if max(fractions) > 0 else 1)
-    scores = [v for v in table["score"] if v == v]
+    scores = [v for v in table["score"] if v == v] + [v for v in table.get("healed_score", []) if v == v]
     if scores and min(scores) >= 0 and max(scores) > 50 * max(edge, 1e-12) and table["metric"].iloc[0] != "acc":
         # lower-is-better scores over decades (one bad strategy's kl of 10 beside 0.1): a log axis shows them all,
         # linear below the tolerance edge so the unpruned 0 of kl and drift is on the plot

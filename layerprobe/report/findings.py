@@ -279,6 +279,14 @@ def toy_findings(run: Run) -> list[str]:
     return out
 
 
+def heal_findings(run: Run) -> list[str]:
+    s = run.summary
+    before, after = s["heldout_before"], s["heldout_after"]
+    return [f"Healing the model without {s['removed']} ({s['objective']}, {s['steps']} steps, LoRA rank "
+            f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g} and the kl to "
+            f"the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
+
+
 def describe(run: Run) -> list[tuple[str, Any]]:
     """(label, value) facts for the run's header: the common ones and the command's own (runs/kinds.py)."""
     s, m = run.summary, run.manifest

@@ -40,6 +40,12 @@ def toy_table(run: Run) -> Any:
     return first.pivot(index="layer", columns="norm", values="hidden_norm").reset_index()
 
 
+def heal_table(run: Run) -> Any:
+    """The scored steps of heal.csv."""
+    table = run.tables["heal"]
+    return table.dropna(subset=["heldout_ppl"]).reset_index(drop=True)
+
+
 def gradnorm_table(run: Run) -> Any:
     table = run.tables["gradnorm"]
     if "step" in table:

@@ -71,6 +71,8 @@ CURVE = (  # curve.csv: one row per (strategy, k)
     Column("score", "the score without those layers"),
     Column("delta", "score - baseline"),
     Column("within", "the score is within the --keep tolerance", number=False),
+    Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
+           optional=True),
 )
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("norm", "the normalization placement", key=True, number=False),
@@ -113,8 +115,17 @@ MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step
            label="grad norm"),
     Column("tokens", "probe positions measured", "positions", label=""),
 )
+HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
+    Column("step", "AdamW updates done (0: before healing)", key=True),
+    Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
+           "on its batch, before its update; empty at step 0", "nats"),
+    Column("lr", "the learning rate of the step's update"),
+    Column("heldout_ppl", "perplexity of the healed model on the held-out text, every --eval-every steps (else empty)"),
+    Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
+           "--eval-every steps (else empty)", "nats"),
+)
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
-          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY,
+          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL,
           "monitor.csv": MONITOR}
 
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
-from layerprobe.config import AngularConfig, GradnormConfig, PruneConfig, ToyConfig
+from layerprobe.config import AngularConfig, GradnormConfig, HealConfig, PruneConfig, ToyConfig
 from layerprobe.errors import ConfigError, RunError
 from layerprobe.settings import Mark, mark_of, resolve, walk
 from tests.helpers import changed, setting_field
@@ -19,7 +19,7 @@ runner = CliRunner()
 # ---- the marks themselves ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cls", [AngularConfig, PruneConfig, GradnormConfig, ToyConfig])
+@pytest.mark.parametrize("cls", [AngularConfig, PruneConfig, GradnormConfig, ToyConfig, HealConfig])
 def test_every_field_declares_itself(cls):
     for path, f, _ in walk(cls):
         mark = mark_of(f)

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.probe import Probe
+from layerprobe.commands.prune.healed import check_healing, heal_sets
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
-from layerprobe.config import CURVE_STRATEGIES, AngularConfig, CurveSettings, PruneConfig
+from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.strategies import STRATEGIES
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.models.layers import is_encoder
@@ -54,12 +55,22 @@ def largest_k(settings: CurveSettings, num_layers: int) -> int:
     return max(1, min(num_layers - 1, int(settings.max_fraction * num_layers)))
 
 
+def check_greedy_room(settings: CurveSettings, k_max: int, num_layers: int) -> None:
+    """greedy with --greedy-ends keep never removes the first or the last block: at most L - 2 can go."""
+    if "greedy" in settings.strategies and settings.greedy_ends == "keep" and k_max > num_layers - 2:
+        raise ConfigError(f"--greedy-ends keep never removes the first or the last of the {num_layers} layers, so "
+                          f"greedy cannot remove {k_max}: pass --max-removed {max(num_layers - 2, 1)} or less, or "
+                          "--greedy-ends allow.")
+
+
 def check_strategies(settings: CurveSettings) -> None:
     bad = [s for s in settings.strategies if s not in CURVE_STRATEGIES]
     if bad or not settings.strategies:
         raise ConfigError(f"Unknown --strategies {', '.join(bad) or '(none)'}: pick from {', '.join(CURVE_STRATEGIES)}.")
     if settings.greedy_metric not in ("kl", "ppl"):
         raise ConfigError(f"--greedy-metric {settings.greedy_metric}: use kl or ppl.")
+    if settings.greedy_ends not in GREEDY_ENDS:
+        raise ConfigError(f"--greedy-ends {settings.greedy_ends}: use {' or '.join(GREEDY_ENDS)}.")
     if not 0 < settings.keep <= 1:
         raise ConfigError(f"--keep {settings.keep}: use a fraction of the baseline in (0, 1], e.g. 0.95.")
 
@@ -101,19 +112,26 @@ def last_sets(choice: Choice) -> dict[int, list[int]]:
     return {k: list(range(choice.num_layers - k, choice.num_layers)) for k in range(1, choice.k_max + 1)}
 
 
+def greedy_candidates(num_layers: int, chosen: list[int], ends: str) -> list[int]:
+    """The layers greedy may remove next: every remaining one, or (ends='keep', SLEB's rule) all but the first and
+    the last remaining block."""
+    left = [c for c in range(num_layers) if c not in chosen]
+    return left[1:-1] if ends == "keep" else left
+
+
 def greedy_sets(choice: Choice) -> dict[int, list[int]]:
     """SLEB's loop on the probe corpus: at each step, of the layers left, remove the one whose removal (with those
     already removed) gives the lowest --greedy-metric against the unpruned model; ties go to the earlier layer.
     Every step is saved: a resumed curve continues from the last finished step."""
     job, k_max, progress = choice.job, choice.k_max, choice.progress
     config, probe, ledger = job.config, job.probe, job.ledger
-    metric = config.curve.greedy_metric
+    metric, ends = config.curve.greedy_metric, config.curve.greedy_ends
     chosen: list[int] = list(ledger.state.get("greedy", []))
     score = score_batch_shared if config.shared_prefix else score_batch_naive
     num_layers = len(probe.stack)
     while len(chosen) < k_max:
         progress("greedy steps", len(chosen), k_max)
-        candidates = {c: Variant.of([*chosen, c]) for c in range(num_layers) if c not in chosen}  # layer -> set
+        candidates = {c: Variant.of([*chosen, c]) for c in greedy_candidates(num_layers, chosen, ends)}
         sums, tokens = Sums(), 0
         stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
                          config.data.tokens)
@@ -166,7 +184,9 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
     return {s: globals()[STRATEGIES[s].picks](choice) for s in strategies}, angular_dir  # each one's function
 
 
-def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int) -> Any:
+def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int,
+                healed: dict | None = None) -> Any:
+    """curve.csv: per strategy and k, the set removed and its score (and, with --heal-steps, its healed score)."""
     import pandas as pd
 
     scored = {(str(r["removed"]), r["metric"]): r for r in rows}
@@ -176,7 +196,8 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
             row = scored[(Variant.of(ids).label, metric)]
             table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
                           "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
-                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep)})
+                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep),
+                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan)})
     return pd.DataFrame(table, columns=CURVE_COLUMNS)
 
 
@@ -201,6 +222,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     started, clock = start_time(), time.perf_counter()
     settings = config.curve
     check_strategies(settings)
+    check_healing(config)
     if config.part not in PARTS:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
@@ -216,6 +238,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                           f"'{probe.loaded.spec}' is an encoder: drop greedy (angular, bi and last need no LM head).")
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
+    check_greedy_room(settings, k_max, num_layers)
     folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
     facts = probe.facts()
     identity = probe.identity(config) | {"resolved.k_max": k_max}
@@ -226,8 +249,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         distinct = {Variant.of(ids) for by_k in sets.values() for ids in by_k.values()}  # shared sets once
         job.variants = sorted(distinct, key=lambda v: (v.block, v.removed))
         higher = task.run(job)
+    healed = heal_sets(config, probe, job.variants, ledger, progress)  # outside inference mode: it trains
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
-    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers)
+    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers, healed)
     baseline = float(table["baseline"].iloc[0])
     chance = chance_of(config.task, metric)  # drawn as a line on the plot
     if task.needs_corpus and "greedy" in settings.strategies:
@@ -238,7 +262,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
                "chance": chance, "keep": settings.keep, "max_removed": k_max, "strategies": list(settings.strategies),
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
+               "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
+               "heal_steps": settings.heal_steps,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "

@@ -1,0 +1,45 @@
+"""`layerprobe heal MODEL --remove 20-27 | --from-curve RUN | EXPORTED_DIR`: LoRA healing of the shortened model."""
+
+from __future__ import annotations
+
+import typer
+
+from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
+from layerprobe.cli.options import with_settings
+from layerprobe.config import HealConfig, ModelOptions
+
+
+@with_settings(HealConfig, skip=("model.device_map", "model.offload", "model.quantize"), helps={
+    "data.tokens": "Held-out token positions: the first of the corpus, scored before and after, never trained on "
+                   "(default 8192).",
+    "data.batch_size": "Sequences per training step (default 4).",
+    "data.seq_len": "Packed sequence length (default 256)."})
+def heal(
+    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'smollm2' (embedded), or a folder "
+                                "`layerprobe export` wrote (its removal is healed); default with --from-curve: the "
+                                "curve run's model."),
+    given: dict | None = None,
+) -> None:
+    """Train LoRA adapters (peft) on the model without the chosen layers; held-out ppl and kl before and after."""
+    from layerprobe.cli.common import fail
+    from layerprobe.cli.export import show_gain
+    from layerprobe.commands.heal.run import run_heal
+
+    given["model"]["model"] = model
+    base = HealConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None
+    config, sources = resolve_settings(HealConfig, given, base=base)
+    config.data.seq_len_given = "data.seq_len" in sources
+    if config.model.model is None and config.from_curve is None:
+        raise fail("No MODEL given: pass the model to heal (or --from-curve RUN, which names it).")
+    with progress_bar() as progress:
+        run = call(run_heal, config, progress)
+    show_warnings(run.warnings)
+    s = run.summary
+    before, after = s["heldout_before"], s["heldout_after"]
+    out.print(f"healed {s['model']} without {s['removed']} ({s['num_layers_healed']} of {s['num_layers']} layers "
+              f"left), {s['objective']} objective, {s['steps']} steps: held-out ppl {before['ppl']:.4g} -> "
+              f"{after['ppl']:.4g} (unpruned {s['heldout_unpruned_ppl']:.4g}), kl {before['kl']:.4g} -> "
+              f"{after['kl']:.4g}", highlight=False)
+    if s["gain"]:
+        show_gain(s["gain"], s["device"])
+    out.print(f"adapter {s['adapter']}; merged checkpoint {s['merged']} -> [bold]{run.folder}[/bold]", highlight=False)

@@ -1,0 +1,1 @@
+"""`layerprobe heal`: LoRA healing after removal (run.py: the command; loop.py: training; outputs.py: the folder)."""

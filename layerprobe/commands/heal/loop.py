@@ -1,0 +1,174 @@
+"""The healing loop: AdamW on the LoRA adapters of the shortened model, held-out scores every N steps, and a save
+of everything the next step depends on (adapters, optimizer, RNG, step, rows) every M steps, so --resume ends
+where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from layerprobe.config import HealConfig, TrainSettings
+from layerprobe.errors import NumericsError
+from layerprobe.evaluation.taskfree import finish, metric_sum
+from layerprobe.models.lora import adapter_tensors, load_adapter_tensors, load_optimizer_tensors, optimizer_tensors
+from layerprobe.models.training import lr_factor
+from layerprobe.progress import Progress
+from layerprobe.runs.resume import PassCheckpoint
+
+
+@dataclass
+class Data:
+    """The packed token batches: held-out (scored, never trained on) and training (step s reads batch s-1 mod n)."""
+
+    heldout: list  # data.packing.Batch, exactly as `prune --task ppl|kl` reads the first --tokens of the corpus
+    train: Any  # (n, batch, seq) int64: full batches of the text after the held-out slice
+
+
+@dataclass
+class Models:
+    student: Any  # the peft-wrapped shortened model (blocks removed in place), training
+    teacher: Any  # the unpruned model, eval, never trained
+    device: str
+
+
+@dataclass
+class Healing:
+    """heal.csv's rows, the step reached and the working time, as saved and resumed."""
+
+    rows: list = field(default_factory=list)
+    step: int = 0
+    seconds: float = 0.0  # the loop's working time, interrupted parts included
+    before: float = 0.0  # of which the interrupted parts' (restored from the save)
+
+
+def logits(model: Any, ids: Any) -> Any:
+    return model(input_ids=ids, use_cache=False).logits
+
+
+def heldout_scores(models: Models, data: Data) -> tuple[float, float]:
+    """(ppl of the shortened model, mean KL(unpruned || shortened)) on the held-out batches: the same sums as
+    `prune --task ppl` and `--task kl` (evaluation/metric.py)."""
+    import torch
+
+    sums = {"ppl": [0.0, 0], "kl": [0.0, 0]}
+    models.student.eval()
+    with torch.no_grad():
+        for batch in data.heldout:
+            ids = batch.input_ids.to(models.device)
+            original, pruned = logits(models.teacher, ids), logits(models.student, ids)
+            for metric, slot in sums.items():
+                total, count = metric_sum(metric, original, pruned, ids)
+                slot[0] += total
+                slot[1] += count
+    models.student.train()
+    return finish("ppl", *sums["ppl"]), finish("kl", *sums["kl"])
+
+
+def unpruned_ppl(models: Models, data: Data) -> float:
+    """Perplexity of the unpruned model on the held-out batches (what healing could reach at best, in-domain)."""
+    import torch
+
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for batch in data.heldout:
+            ids = batch.input_ids.to(models.device)
+            original = logits(models.teacher, ids)
+            step_total, step_count = metric_sum("ppl", original, original, ids)
+            total, count = total + step_total, count + step_count
+    return finish("ppl", total, count)
+
+
+def distill_loss(teacher_logits: Any, student_logits: Any) -> Any:
+    """Mean over positions of KL(p || q), p the unpruned model's next-token distribution, q the shortened one's."""
+    import torch
+
+    log_p = torch.log_softmax(teacher_logits.float(), dim=-1)
+    log_q = torch.log_softmax(student_logits.float(), dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+
+def step_loss(models: Models, ids: Any, objective: str) -> Any:
+    """The training loss of one batch: next-token cross-entropy, or the distillation KL."""
+    import torch
+
+    if objective == "lm":
+        return models.student(input_ids=ids, labels=ids, use_cache=False).loss
+    with torch.no_grad():
+        teacher = logits(models.teacher, ids)
+    return distill_loss(teacher, logits(models.student, ids))
+
+
+def _save(checkpoint: PassCheckpoint, models: Models, optimizer: Any, healing: Healing) -> None:
+    """Everything the next step depends on, in one atomic file."""
+    import torch
+
+    flat, groups = optimizer_tensors(optimizer)
+    tensors = {**{f"adapter/{k}": v for k, v in adapter_tensors(models.student).items()},
+               **{f"optimizer/{k}": v for k, v in flat.items()}, "rng/torch": torch.get_rng_state()}
+    checkpoint.save(tensors, {"step": healing.step, "rows": healing.rows, "seconds": healing.seconds,
+                              "param_groups": groups}, force=True)
+
+
+def _restore(checkpoint: PassCheckpoint, models: Models, optimizer: Any) -> Healing | None:
+    import torch
+
+    loaded = checkpoint.load()
+    if loaded is None:
+        return None
+    tensors, counters = loaded
+    load_adapter_tensors(models.student, {k[8:]: v for k, v in tensors.items() if k.startswith("adapter/")})
+    load_optimizer_tensors(optimizer, {k[10:]: v for k, v in tensors.items() if k.startswith("optimizer/")},
+                           counters["param_groups"])
+    torch.set_rng_state(tensors["rng/torch"])
+    seconds = float(counters["seconds"])
+    return Healing(counters["rows"], int(counters["step"]), seconds, seconds)
+
+
+def row(step: int, loss: float, lr: float, scores: tuple[float, float] | None) -> dict:
+    nan = float("nan")
+    return {"step": step, "loss": loss, "lr": lr, "heldout_ppl": scores[0] if scores else nan,
+            "heldout_kl": scores[1] if scores else nan}
+
+
+def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCheckpoint, progress: Progress,
+              on_save: Callable[[list], None]) -> Healing:
+    """Train config.steps AdamW steps (resuming from the last save), scoring the held-out text at step 0, every
+    --eval-every steps and at the end; heal.csv's rows are returned."""
+    import torch
+
+    params = [p for p in models.student.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    schedule = TrainSettings(steps=config.steps, lr=config.lr, clip=config.clip)
+    healing = (_restore(checkpoint, models, optimizer) if config.resume else None) or Healing()
+    clock = time.perf_counter() - healing.seconds
+    models.student.train()
+    if healing.step == 0 and not healing.rows:
+        healing.rows.append(row(0, float("nan"), 0.0, heldout_scores(models, data)))
+    progress("heal steps", healing.step, config.steps)
+    while healing.step < config.steps:
+        step = healing.step + 1
+        lr = config.lr * lr_factor(step - 1, schedule)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        ids = data.train[(step - 1) % len(data.train)].to(models.device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = step_loss(models, ids, config.objective)
+        value = float(loss.detach())
+        if not math.isfinite(value):
+            raise NumericsError(f"The healing loss is {value} at step {step}: lower --lr (now {config.lr:g}).")
+        loss.backward()
+        if config.clip:
+            torch.nn.utils.clip_grad_norm_(params, config.clip)
+        optimizer.step()
+        scores = heldout_scores(models, data) if step % config.eval_every == 0 or step == config.steps else None
+        healing.rows.append(row(step, value, lr, scores))
+        healing.step, healing.seconds = step, time.perf_counter() - clock
+        if step % config.save_every == 0 and step < config.steps:
+            _save(checkpoint, models, optimizer, healing)
+            on_save(healing.rows)
+        progress("heal steps", step, config.steps)
+    optimizer.zero_grad(set_to_none=True)
+    models.student.eval()
+    return healing

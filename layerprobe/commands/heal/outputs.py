@@ -1,0 +1,119 @@
+"""What a healing run leaves: adapter/ (peft's own save), merged/ (a plain transformers checkpoint with the export
+contract: layerprobe-removal.json, gaining a `healing` record), heal.csv's table and summary.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+from layerprobe.commands.export import REMOVAL_FILE, removal_record, verify_reload
+from layerprobe.commands.gain import measure_gain
+from layerprobe.commands.heal.loop import Healing, Models, unpruned_ppl
+from layerprobe.config import ExportConfig, HealConfig
+from layerprobe.data.packing import max_sequence_length
+from layerprobe.errors import RunError
+from layerprobe.evaluation.variants import ranges_label
+from layerprobe.progress import Progress
+from layerprobe.runs.columns import HEAL, names
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text
+
+ADAPTER, MERGED = "adapter", "merged"
+
+
+def heal_table(rows: list[dict]) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=names(HEAL))
+
+
+def _publish(target: Path, write: Callable[[Path], None]) -> None:
+    """Write a folder into a private sibling, then rename it into place: `target` is always whole."""
+    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write(partial)
+        for file in partial.rglob("*"):
+            if file.is_file():
+                file.chmod(FILE_MODE)
+        if target.exists():
+            shutil.rmtree(target)
+        partial.rename(target)
+    except OSError as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RunError(f"Cannot write '{target}' ({exc.strerror or exc}): free space on that disk or pass another "
+                       "--out.") from None
+
+
+def _gain(config: HealConfig, probe: Any, ids: list[int]) -> dict | None:
+    """export's gain (commands/gain.py) on the unpruned model with the same blocks removed, at export's defaults."""
+    import torch
+
+    if not config.gain:
+        return None
+    timing = ExportConfig()
+    longest = max_sequence_length(probe.model, probe.tokenizer)
+    length = min(timing.timing_seq_len, longest) if longest else timing.timing_seq_len
+    vocab = probe.model.get_input_embeddings().num_embeddings
+    batch = torch.randint(0, vocab, (timing.timing_batch, length), generator=torch.Generator().manual_seed(0))
+    return measure_gain(probe.model, probe.stack, ids, batch.to(probe.device), timing.timing_repeats, "block",
+                        timing.timing_new_tokens, longest)
+
+
+def save_outputs(folder: Path, config: HealConfig, probe: Any, models: Models, data: Any, ids: list[int],
+                 record: dict | None, healing: Healing, progress: Progress) -> dict:
+    """adapter/, then merged/ (verified by a plain transformers reload), its record, and the gain."""
+    import torch
+
+    progress("heal outputs", 0, 3)
+    trainable = sum(p.numel() for p in models.student.parameters() if p.requires_grad)
+    models.student.peft_config["default"].base_model_name_or_path = None  # the base is the shortened model
+    _publish(folder / ADAPTER, models.student.save_pretrained)
+    progress("heal outputs", 1, 3)
+    merged = models.student.merge_and_unload()
+    batch = data.heldout[0].input_ids.to(probe.device)
+    with torch.inference_mode():
+        want = merged(input_ids=batch, use_cache=False).logits
+
+    def write_merged(partial: Path) -> None:
+        merged.save_pretrained(partial)
+        if probe.tokenizer is not None:
+            probe.tokenizer.save_pretrained(partial)
+
+    _publish(folder / MERGED, write_merged)
+    head_class = type(merged).__name__
+    difference = verify_reload(folder / MERGED, want, head_class, batch, next(merged.parameters()).dtype)
+    progress("heal outputs", 2, 3)
+    gain = _gain(config, probe, ids)
+    rows = [r for r in healing.rows if r["heldout_ppl"] == r["heldout_ppl"]]
+    healed = {"objective": config.objective, "steps": config.steps, "lr": config.lr, "lora_rank": config.lora_rank,
+              "lora_alpha": config.lora_alpha, "trainable_parameters": trainable, "dataset": probe.corpus.description,
+              "heldout_before": {"ppl": rows[0]["heldout_ppl"], "kl": rows[0]["heldout_kl"]},
+              "heldout_after": {"ppl": rows[-1]["heldout_ppl"], "kl": rows[-1]["heldout_kl"]},
+              "heldout_unpruned_ppl": unpruned_ppl(models, data), "adapter": str(folder / ADAPTER), "exported_from": record and str(config.model.model)}
+    removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config, difference, gain)
+    atomic_write_text(folder / MERGED / REMOVAL_FILE, json.dumps({**removal, "healing": healed}, indent=2) + "\n")
+    progress("heal outputs", 3, 3)
+    return {"trainable": trainable, "difference": difference, "gain": gain, "healing": healed}
+
+
+def heal_summary(config: HealConfig, probe: Any, facts: dict, ids: list[int], targets: list[str], data: Any,
+                 saved: dict, seconds: float, folder: Path) -> dict:
+    """summary.json (runs/schema.py, heal)."""
+    healed = saved["healing"]
+    return {"command": "heal", **facts, "dataset": probe.corpus.description, "tokens": config.data.tokens,
+            "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "removed": ranges_label(ids),
+            "removed_layers": ids, "num_layers_healed": len(probe.stack) - len(ids), "objective": config.objective,
+            "steps": config.steps, "lr": config.lr, "lora_rank": config.lora_rank, "lora_alpha": config.lora_alpha,
+            "lora_targets": sorted({t.rsplit(".", 1)[-1] for t in targets}), "trainable_parameters": saved["trainable"],
+            "train_tokens": config.steps * config.data.batch_size * probe.seq_len,
+            "train_sequences": int(data.train.shape[0] * data.train.shape[1]),
+            "heldout_before": healed["heldout_before"], "heldout_after": healed["heldout_after"],
+            "heldout_unpruned_ppl": healed["heldout_unpruned_ppl"],
+            "adapter": str(folder / ADAPTER), "merged": str(folder / MERGED),
+            "verified_max_difference": saved["difference"], "gain": saved["gain"], "from_curve": config.from_curve,
+            "strategy": config.strategy if config.from_curve else None, "exported_from": healed["exported_from"],
+            "seconds": round(seconds, 3), "warnings": list(probe.warnings)}
+

@@ -1,0 +1,132 @@
+"""run_heal(config): `layerprobe heal`. Remove the blocks (--remove, --from-curve, or an exported folder's record),
+train LoRA adapters on the shortened model with peft on the probe corpus, score held-out text before and after,
+and write the run folder: adapter/ (PeftModel.from_pretrained), merged/ (plain transformers, the export contract),
+heal.csv, heal.png, summary.json, manifest.json.
+
+The held-out text is the first --tokens positions of the corpus, packed as `prune --task ppl|kl` packs them (its
+step-0 kl is prune's kl of the same removal); training reads the sequences after it, batch s-1 at step s, and
+cycles when the text ends. The unpruned model stays in memory beside its shortened copy (kl, distill).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from layerprobe.commands.export import REMOVAL_FILE, from_curve, parse_remove
+from layerprobe.commands.heal.loop import Data, Models, heal_loop
+from layerprobe.commands.heal.outputs import heal_summary, heal_table, save_outputs
+from layerprobe.commands.probe import open_probe, preflight
+from layerprobe.config import HealConfig
+from layerprobe.data.packing import batches, empty_corpus_error, packed_sequences
+from layerprobe.errors import ConfigError, DatasetError
+from layerprobe.models.layers import find_blocks, is_encoder
+from layerprobe.models.lora import lora_targets, with_lora
+from layerprobe.models.surgery import removed_layers
+from layerprobe.plots.heal import heal_plot
+from layerprobe.progress import Progress, silent
+from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug, write_csv
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.resume import PassCheckpoint, check_resume
+from layerprobe.runs.write import RunResult, write_run
+
+
+def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
+    """(model to load, the blocks to remove as text or ids, the exported record when MODEL is an export)."""
+    spec = config.model.model
+    exported = Path(spec) / REMOVAL_FILE if spec else None
+    given = [n for n, v in (("--remove", config.remove), ("--from-curve", config.from_curve),
+                            ("an exported MODEL", exported and exported.is_file())) if v]
+    if len(given) != 1:
+        what = " and ".join(given) if given else "nothing"
+        raise ConfigError(f"heal takes one of --remove 20-27, --from-curve RUN or an exported folder as MODEL "
+                          f"(got {what}): pass exactly one.")
+    if config.from_curve:
+        model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
+        if part != "block":
+            raise ConfigError(f"--from-curve: that curve removed {part} sub-layers; heal heals removed blocks: pass a "
+                              "curve run of whole blocks (--part block).")
+        return spec or model, remove, None
+    if config.remove:
+        return spec, config.remove, None
+    record = json.loads(exported.read_text())
+    if record.get("part") != "block":
+        raise ConfigError(f"'{spec}' zeroed {record.get('part')} sub-layers; heal heals removed blocks: export with "
+                          "--part block.")
+    source = record.get("source_path")
+    source = source if source and Path(source).is_dir() else record["source_model"]
+    return source, record["removed"], record
+
+
+def load_data(config: HealConfig, probe: Any) -> Data:
+    """Held-out batches (the first --tokens), then steps x batch-size full training sequences after them."""
+    import torch
+
+    data, seq_len = config.data, probe.seq_len
+    heldout = list(batches(probe.corpus.texts(), probe.tokenizer, seq_len, data.batch_size, data.tokens))
+    if not heldout:
+        raise empty_corpus_error(probe.corpus.spec)
+    skip = sum(b.input_ids.shape[0] for b in heldout)  # a partial last sequence is skipped whole: disjoint
+    wanted = config.steps * data.batch_size * seq_len
+    rows = [s for s in packed_sequences(probe.corpus.texts(), probe.tokenizer, seq_len, skip * seq_len + wanted)][skip:]
+    rows = [r for r in rows if len(r) == seq_len]
+    full = len(rows) // data.batch_size * data.batch_size
+    if full == 0:
+        raise DatasetError(f"Dataset '{probe.corpus.spec}' has no text left after the {data.tokens} held-out "
+                           f"positions for one training batch of {data.batch_size} x {seq_len}: lower --tokens, "
+                           "--batch-size or --seq-len, or pass a larger --dataset.")
+    train = torch.tensor(rows[:full], dtype=torch.long).view(-1, data.batch_size, seq_len)
+    return Data(heldout, train)
+
+
+def _checks(config: HealConfig) -> None:
+    if config.steps < 1:
+        raise ConfigError(f"--steps must be positive, got {config.steps}.")
+    if config.objective not in ("lm", "distill"):
+        raise ConfigError(f"Unknown --objective '{config.objective}': use lm or distill.")
+
+
+@abandons_on_error
+def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
+    """Remove, heal with LoRA, score before and after, write the run folder (see the module's docstring)."""
+    started, clock = start_time(), time.perf_counter()
+    _checks(config)
+    spec, remove, record = removal_source(config)
+    out = Path(config.out or Path("reports") / slug(spec) / "heal")
+    if config.resume:
+        check_resume(out, "heal", config)
+    model_options = dataclasses.replace(config.model, model=spec)
+    corpus = preflight(model_options, config.data, head="causal-lm")[0]
+    probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
+    if is_encoder(probe.model):
+        raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
+    ids = parse_remove(remove, len(probe.stack)) if isinstance(remove, str) else parse_remove(
+        ",".join(map(str, remove)), len(probe.stack))
+    data = load_data(config, probe)
+    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    checkpoint = PassCheckpoint(folder, probe.identity(config) | {"resolved.removed": ids})
+    with probe.loaded.as_saved():  # the copy keeps the checkpoint's own config (use_cache) for the merged save
+        student = copy.deepcopy(probe.model)
+    stack = find_blocks(student, probe.stack.path)
+    with removed_layers(student, ids, stack) as short:
+        targets = lora_targets(student, short, config.lora_targets)
+        peft_model = with_lora(student, targets, config.lora_rank, config.lora_alpha, config.seed)
+        models = Models(peft_model, probe.model, probe.device)
+        healing = heal_loop(config, models, data, checkpoint, progress,
+                            lambda rows: write_csv(folder / "heal.csv", heal_table(rows)))
+        saved = save_outputs(folder, config, probe, models, data, ids, record, healing, progress)
+    table = heal_table(healing.rows)
+    facts = probe.facts()
+    seconds = time.perf_counter() - clock + healing.before
+    summary = heal_summary(config, probe, facts, ids, targets, data, saved, seconds, folder)
+    title = (f"{model_label(spec)} without {summary['removed']} ({len(ids)} of {len(probe.stack)} layers removed): "
+             f"{config.objective} healing, {config.steps} steps")
+    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": heal_plot(table, title)},
+                       summary=summary, config=config, started=started, seconds=seconds, facts=facts,
+                       formats=config.formats, warnings=probe.warnings)
+    checkpoint.clear()
+    return result

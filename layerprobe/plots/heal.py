@@ -1,0 +1,30 @@
+"""Healing: the training loss by step, and the held-out ppl and kl of the shortened model before, during and after."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def heal_plot(table: Any, title: str) -> Any:
+    """table: heal.csv (step, loss, lr, heldout_ppl, heldout_kl); NaN where a step was not scored."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.6, 3.6))
+    loss_ax, ppl_ax, kl_ax = fig.subplots(1, 3)
+    trained = table[table["step"] > 0]
+    loss_ax.plot(trained["step"], trained["loss"], color="#2e86c1", linewidth=1.0)
+    loss_ax.set_title("training loss", fontsize=9)
+    scored = table.dropna(subset=["heldout_ppl"])
+    for ax, column, colour, name in ((ppl_ax, "heldout_ppl", "#27ae60", "held-out ppl"),
+                                     (kl_ax, "heldout_kl", "#c0392b", "held-out KL(unpruned || healed)")):
+        ax.plot(scored["step"], scored[column], color=colour, marker="o", markersize=3, linewidth=1.2)
+        if len(scored):
+            ax.axhline(scored[column].iloc[0], color="black", linestyle=":", linewidth=0.8, label="before healing")
+            ax.legend(fontsize=7)
+        ax.set_title(name, fontsize=9)
+    for ax in (loss_ax, ppl_ax, kl_ax):
+        ax.set_xlabel("step")
+        ax.tick_params(labelsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
