@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,7 @@ EXIT_USAGE = 2
 
 
 def fail(message: str) -> typer.Exit:
+    settle()
     if os.environ.get("RANK", "0") == "0":  # distributed runs: rank 0 says it, every rank exits non-zero
         console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     else:
@@ -66,11 +68,14 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         abandon_run_dirs()
         raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
+        settle()
         kept = abandon_run_dirs()
         where = ", ".join(escape(str(p)) for p in kept)
         console.print(f"[yellow]interrupted[/yellow]: finished work is in {where}; the same command with --resume "
                       "continues it." if kept else "[yellow]interrupted[/yellow]: nothing was written.", highlight=False)
         raise typer.Exit(130) from None
+    finally:
+        settle()  # a phase the call announced ends with it: its line never lands in later output
 
 
 @contextlib.contextmanager
@@ -92,6 +97,7 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
     with Progress(*columns, console=console, transient=False) as bar:
 
         def update(stage: str, done: int, total: int) -> None:
+            settle()
             if stage not in tasks:
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done, total=total)
@@ -100,11 +106,30 @@ def progress_bar() -> Iterator[Callable[[str, int, int], None]]:
 
 
 class PhaseLines(logging.Handler):
-    """The library's phase announcements (progress.announce) as plain lines on stderr, above a live bar."""
+    """The library's phase announcements (progress.announce) as plain lines on stderr, above a live bar: each shown
+    only once its phase has lasted PHASE_AFTER seconds (a quick load says nothing, and an error stays one line)."""
+
+    pending: threading.Timer | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if os.environ.get("RANK", "0") == "0":
-            console.print(f"[dim]{escape(record.getMessage())}[/dim]", highlight=False, soft_wrap=True)
+        if os.environ.get("RANK", "0") != "0":
+            return
+        settle()
+        line = f"[dim]{escape(record.getMessage())}[/dim]"
+        timer = threading.Timer(PHASE_AFTER, lambda: console.print(line, highlight=False, soft_wrap=True))
+        timer.daemon = True
+        PhaseLines.pending = timer
+        timer.start()
+
+
+PHASE_AFTER = 2.0  # seconds a phase runs before its line shows
+
+
+def settle() -> None:
+    """The phase announced last is over (progress began, another phase, an error): its line is not shown late."""
+    if PhaseLines.pending is not None:
+        PhaseLines.pending.cancel()
+        PhaseLines.pending = None
 
 
 def show_phases() -> None:
@@ -131,11 +156,10 @@ class LogProgress:
         self.last: dict[str, float | None] = {}  # stage -> when its last line was written (None: not yet)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        settle()
         now = self.clock()
         if stage not in self.stages:
             self.stages[stage], self.last[stage] = (now, done), None
-            if done < total:  # a stage that starts: said at once, so a log never sits silent until its first step
-                self.write(f"{stage}: {done:,}/{total:,} started")
             return
         start, first = self.stages[stage]
         last = self.last[stage]
