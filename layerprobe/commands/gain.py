@@ -17,6 +17,7 @@ import statistics
 import time
 from typing import Any
 
+from layerprobe.errors import first_line
 from layerprobe.models.surgery import removed
 
 
@@ -112,9 +113,14 @@ def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: in
     count, size = sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
     gone = [p for i in ids for p in stack.blocks[i].parameters()] if part == "block" else []
     kept_count, kept_size = count - sum(p.numel() for p in gone), size - sum(p.numel() * p.element_size() for p in gone)
-    kv_original = kv_cache_bytes_per_token(model, batch)
-    with removed(model, ids, part, stack):
-        kv_exported = kv_cache_bytes_per_token(model, batch)
+    unmeasured = None
+    try:
+        kv_original = kv_cache_bytes_per_token(model, batch)
+        with removed(model, ids, part, stack):
+            kv_exported = kv_cache_bytes_per_token(model, batch)
+    except Exception as exc:  # noqa: BLE001 - a cache the model keeps its own way (Jamba's with a block gone)
+        kv_original = kv_exported = prompt = None  # no cache, no decode timing: said in the record, not guessed
+        unmeasured = f"the KV cache and decoding were not measured: {first_line(exc)}"
     times = _alternated(model, stack, ids, part, batch, prompt, repeats, new_tokens)
     prefill = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
     decoded = {k: [batch.shape[0] * new_tokens / t[1] for t in v if t[1] is not None] for k, v in times.items()}
@@ -134,4 +140,5 @@ def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: in
             "kv_cache_bytes_per_token_original": kv_original, "kv_cache_bytes_per_token_exported": kv_exported,
             "kv_cache_ratio": kv_exported / kv_original if kv_original and kv_exported is not None else None,
             "part": part, "timing": "original and shortened alternately, repeat by repeat; medians",
+            "not_measured": unmeasured,
             "timing_batch": list(batch.shape), "timing_repeats": repeats}

@@ -9,6 +9,7 @@ import contextlib
 import difflib
 import functools
 import logging
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -91,6 +92,11 @@ class HarnessTask:
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
             _reuse_requests(task)
         self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
+        for split in self.splits.values():  # lm-eval's --limit: the first N documents, or that fraction, rounded up
+            n = split["documents"]
+            if n is not None:
+                split["scored"] = n if self.limit is None else min(n, math.ceil(n * self.limit) if self.limit < 1
+                                                                   else int(self.limit))
         return self
 
     def higher_is_better(self) -> dict[str, bool]:

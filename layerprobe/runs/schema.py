@@ -74,7 +74,8 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
     Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
         optional=True),
-    Key("splits", D, "lm-eval: per task, the split scored and its documents", required=False),
+    Key("splits", D, "lm-eval: per task, the split scored, its documents and how many of them were scored (--limit)",
+        required=False),
     Key("shard", D, "--shard K/N: index, count, sweep_variants, variants", required=False),
 )
 PRUNE_COMMON = (

@@ -56,7 +56,6 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
     ledger, variants, progress = job.ledger, job.variants, job.progress
     baseline = ledger.state.get("baseline")
     if baseline is None:
-        progress("variants", 0, len(variants))
         select(None)
         baseline = evaluate(subject)
         ledger.save_state(baseline=baseline)
