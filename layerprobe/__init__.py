@@ -48,17 +48,24 @@ _API = {
 }
 
 
-def __getattr__(name: str):
-    if name in _API:
-        module, attribute = _API[name].split(":")
-        value = getattr(_importlib.import_module(module), attribute)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'layerprobe' has no attribute '{name}'")
+def lazy_exports(package: str, api: dict[str, str], namespace: dict):
+    """(__getattr__, __dir__) of a package whose names in `api` ('module:attribute') are imported on first use."""
+
+    def __getattr__(name: str):
+        if name in api:
+            module, attribute = api[name].split(":")
+            value = getattr(_importlib.import_module(module), attribute)
+            namespace[name] = value
+            return value
+        raise AttributeError(f"module '{package}' has no attribute '{name}'")
+
+    def __dir__():
+        return sorted([*namespace, *api])
+
+    return __getattr__, __dir__
 
 
-def __dir__():
-    return sorted([*globals(), *_API])
+__getattr__, __dir__ = lazy_exports("layerprobe", _API, globals())
 
 
 __all__ = ["__version__", *_API]

@@ -2,7 +2,7 @@
 Trainer. Importable without the CLI (no typer or rich); names are imported on first use, so importing this package
 loads neither torch nor transformers."""
 
-import importlib as _importlib
+from layerprobe import lazy_exports
 
 _API = {
     "LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",
@@ -11,17 +11,6 @@ _API = {
 }
 
 
-def __getattr__(name: str):
-    if name in _API:
-        module, attribute = _API[name].split(":")
-        value = getattr(_importlib.import_module(module), attribute)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'layerprobe.integrations' has no attribute '{name}'")
-
-
-def __dir__():
-    return sorted([*globals(), *_API])
-
+__getattr__, __dir__ = lazy_exports("layerprobe.integrations", _API, globals())
 
 __all__ = list(_API)
