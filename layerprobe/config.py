@@ -282,6 +282,10 @@ class GradnormConfig:
     train: TrainSettings = setting(factory=TrainSettings, help="--steps N: AdamW updates after init.")
     record_steps: str | None = setting(None, help="Steps to measure at, e.g. 0,100,500 (default: 0, each quarter, "
                                        "the end).")
+    monitor_every: int | None = setting(None, minimum=1, help="--steps: every N steps, the layers as "
+                                        "layerprobe.integrations watches them (d(l, 1), Block Influence, norm, "
+                                        "variance, the step's own gradient norms) on the measuring batches, into "
+                                        "training.csv (default: about 20 times, every --steps/20).")
     data: DataOptions = setting(factory=lambda: DataOptions(seq_len=256, batch_size=4, tokens=0),
                                 help="The training and measuring batches.")
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<arch or model>/gradnorm).")

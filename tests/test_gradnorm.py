@@ -171,6 +171,60 @@ def test_gradnorm_steps_cli(tmp_path):
     assert '"steps": 6' in summary and "final_loss" in summary
 
 
+def test_gradnorm_steps_watches_training_as_the_monitor_does(tmp_path):
+    """training.csv: layerprobe.integrations' measurement of each job while it trains. Step 0's d(l, 1) equals HF's
+    own hidden states of the same initialization on the measuring batches; step 1's gradient norms equal a hand
+    backward of the first training batch (no clipping); measuring more often changes neither the losses nor what
+    is measured at the steps both runs share."""
+    from layerprobe.data.corpora import open_corpus
+    from layerprobe.models.inhouse import build
+    from layerprobe.models.load import embedded_model_dir
+
+    common = ["gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", "1", "--batches", "1", "--steps", "6",
+              "--lr", "3e-3", "--clip", "0", "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2",
+              "--device", "cpu"]
+    for every in (1, 3):
+        result = runner.invoke(app, [*common, "--monitor-every", str(every), "--out", str(tmp_path / str(every))])
+        assert result.exit_code == 0, result.output
+    often, seldom = (pd.read_csv(tmp_path / name / "training.csv") for name in ("1", "3"))
+    assert sorted(often["step"].unique()) == list(range(7)) and sorted(seldom["step"].unique()) == [0, 3, 6]
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "1" / "loss.csv"), pd.read_csv(tmp_path / "3" / "loss.csv"))
+    shared = often[often["step"].isin([0, 3, 6])].reset_index(drop=True)
+    pd.testing.assert_frame_equal(shared, seldom)
+
+    tok = transformers.AutoTokenizer.from_pretrained(embedded_model_dir())
+    torch.manual_seed(0)
+    model = build(make_config("tiny", "pre", vocab_size=len(tok), max_position_embeddings=1024), "cpu",
+                  torch.float32).eval()
+    texts = list(open_corpus("builtin").texts())
+    from layerprobe.data.packing import batches
+
+    first = next(iter(batches(texts, tok, 32, 2, 64)))
+    states = []  # each block's input, then the last block's output, by plain forward hooks
+    hooks = [block.register_forward_pre_hook(lambda _, args: states.append(args[0])) for block in model.model.layers]
+    hooks.append(model.model.layers[-1].register_forward_hook(
+        lambda _, args, output: states.append(output[0] if isinstance(output, tuple) else output)))
+    with torch.no_grad():
+        model(input_ids=first.input_ids, attention_mask=first.attention_mask)
+    for hook in hooks:
+        hook.remove()
+    keep = first.attention_mask.flatten().bool()
+    flat = [x.reshape(-1, x.shape[-1])[keep].double() for x in states]
+    expected = [float(torch.arccos(F.cosine_similarity(a, b, dim=-1).clamp(-1, 1)).mean()) / math.pi
+                for a, b in zip(flat, flat[1:])]
+    start = often[often["step"] == 0].sort_values("layer")
+    assert start["distance_next"].tolist()[:4] == pytest.approx(expected, rel=1e-6)
+    model.zero_grad()
+    model(input_ids=first.input_ids, attention_mask=first.attention_mask, labels=first.input_ids).loss.backward()
+    by_hand = [math.sqrt(sum(float((p.grad.double() ** 2).sum()) for p in block.parameters()))
+               for block in model.model.layers]
+    step1 = often[(often["step"] == 1) & often["grad_norm"].notna()].sort_values("layer")
+    assert step1["grad_norm"].tolist() == pytest.approx(by_hand, rel=1e-5)
+    summary = (tmp_path / "1" / "summary.json").read_text()
+    assert '"training"' in summary and '"monitor_every": 1' in summary
+    assert (tmp_path / "1" / "training.png").is_file()
+
+
 def test_build_allocates_once_in_the_asked_dtype():
     from layerprobe.models.inhouse import ProbeLlamaForCausalLM, build
 

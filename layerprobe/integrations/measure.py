@@ -66,13 +66,13 @@ def rank_and_size() -> tuple[int, int]:
     return 0, 1
 
 
-def measure_probe(model: Any, stack: Any, probe: list[tuple[Any, Any]]) -> AngularStats:
+def measure_probe(model: Any, stack: Any, probe: list[tuple[Any, Any]], shared: bool = True) -> AngularStats:
     """d(x_i, x_j), norms, variances and next-layer cosines of the block inputs over the probe set. Under DDP each
     rank runs batches rank, rank + size, ... and the float64 sums are all-reduced: every rank gets the numbers
-    one process would."""
+    one process would. shared=False: this process measures every batch on its own model."""
     import torch.distributed as dist
 
-    rank, size = rank_and_size()
+    rank, size = rank_and_size() if shared else (0, 1)
     device = input_device(model)
     accumulator = AngularAccumulator(len(stack.blocks) + 1, device=device)
     forward = getattr(model, "base_model", model)  # no full-vocabulary logits where the model has a head

@@ -80,13 +80,17 @@ def log_values(rows: list[dict]) -> dict[str, float]:
 class LayerMonitor:
     """Per-layer measurements inside a training loop (see the module docstring). `log(values, step)` receives each
     measurement's values under their `layerprobe/...` keys on rank 0 (default: the Python logger, at debug).
-    probe: your own (input_ids, attention_mask) batches instead of `dataset` (then no tokenizer is needed)."""
+    probe: your own (input_ids, attention_mask) batches instead of `dataset` (then no tokenizer is needed).
+    stack: the BlockStack when the caller found it already; shared=False measures this process's model alone, never
+    summed over the ranks of a torch.distributed group (gradnorm's ranks train models of their own)."""
 
     def __init__(self, model: Any, tokenizer: Any = None, settings: MonitorSettings | None = None, *,
-                 probe: list | None = None, log: Callable[[dict, int], None] | None = None, **options: Any) -> None:
+                 probe: list | None = None, log: Callable[[dict, int], None] | None = None, stack: Any = None,
+                 shared: bool = True, **options: Any) -> None:
         self.settings = monitor_settings(settings, **options)
         self.model = unwrapped(model)
-        self.stack = find_blocks(self.model, self.settings.layers_path)
+        self.stack = stack if stack is not None else find_blocks(self.model, self.settings.layers_path)
+        self.shared = shared
         if probe is None and tokenizer is None:
             raise ConfigError("LayerMonitor needs a tokenizer to build its probe batches: pass tokenizer=, or "
                               "probe= a list of (input_ids, attention_mask) batches.")
@@ -95,7 +99,7 @@ class LayerMonitor:
         self.log = log or (lambda values, step: logger.debug("step %d: %s", step, values))
         self.rows: list[dict] = []
         self.facts: dict = {}  # what the caller adds to summary.json (the Trainer's clipping and accumulation)
-        self.main = rank_and_size()[0] == 0
+        self.main = not shared or rank_and_size()[0] == 0
         self.started, self.clock = start_time(), time.perf_counter()
         self.folder: Path | None = None
         if self.main and self.settings.out:
@@ -111,7 +115,7 @@ class LayerMonitor:
     def record(self, step: int, grads: list[float] | None = None) -> dict[str, float]:
         """Measure the probe set now, store and log the rows of `step` with the given gradient norms; returns the
         logged values. Every rank of a DDP run calls it (the probe batches are split over them)."""
-        stats = measure_probe(self.model, self.stack, self.probe)
+        stats = measure_probe(self.model, self.stack, self.probe, shared=self.shared)
         rows = step_rows(step, stats, grads)
         self.rows = [r for r in self.rows if r["step"] != step] + rows
         values = log_values(rows)

@@ -69,3 +69,29 @@ def monitor_figure(table: Any, thirds: Any, title: str, crossover: int | None) -
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     return fig
+
+
+def training_figure(table: Any, found: dict, facts: dict) -> Any:
+    """gradnorm --steps' training.png: per placement (a column each, seeds averaged), d(l, 1) by layer and step
+    above, the shallow and deep thirds' mean d(l, 1) by step below; the crossover step marked on both.
+    found: per placement, its `crossover_step` (gradnorm's training summary)."""
+    from matplotlib.figure import Figure
+
+    from layerprobe.integrations.outputs import thirds
+
+    placements = list(dict.fromkeys(table["placement"]))
+    fig = Figure(figsize=(3.6 * len(placements) + 1, 6.4))
+    axes = fig.subplots(2, len(placements), squeeze=False)
+    for column, placement in enumerate(placements):
+        part = table[table["placement"] == placement]
+        mean = part.groupby(["step", "layer"], as_index=False)["distance_next"].mean()
+        crossover = found[placement]["crossover_step"]
+        grid, steps = _grid(mean, "distance_next")
+        _panel(fig, axes[0][column], grid, steps, f"{placement}: d(x_l, x_l+1)", "d(l, 1)", False, crossover)
+        _thirds_panel(axes[1][column], thirds(mean), crossover)
+        axes[1][column].set_title(f"{placement}: shallow vs deep layers", fontsize=10)
+    seeds = table["seed"].nunique()
+    fig.suptitle(f"{facts['model']}: layers during training ({seeds} seed{'s' if seeds > 1 else ''}, the measuring "
+                 "batches)", fontsize=11)
+    fig.tight_layout()
+    return fig

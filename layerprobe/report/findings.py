@@ -247,6 +247,11 @@ def gradnorm_findings(run: Run) -> list[str]:
         if var is not None:
             line += f" Output variance, deep over early: {var:.2g}x."
         out.append(line)
+    for norm, info in run.summary.get("training", {}).items():
+        where = (f"from step {info['crossover_step']} on" if info.get("crossover_step") is not None
+                 else "not below at the end")
+        out.append(f"{norm} while training: the deep third's mean d(l, 1) ends at {info['deep_distance']:.3f} against "
+                   f"the shallow third's {info['shallow_distance']:.3f} (deep below shallow: {where}; training.png).")
     return out
 
 

@@ -115,6 +115,11 @@ MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step
            label="grad norm"),
     Column("tokens", "probe positions measured", "positions", label=""),
 )
+TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of each (placement, seed) while it trains
+    Column("placement", "the normalization placement (gradnorm.csv's norm)", key=True, number=False),
+    Column("seed", "the initialization", key=True),
+    *MONITOR,
+)
 HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("step", "AdamW updates done (0: before healing)", key=True),
     Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
@@ -126,7 +131,7 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
 )
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
           "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL,
-          "monitor.csv": MONITOR}
+          "monitor.csv": MONITOR, "training.csv": TRAINING}
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:

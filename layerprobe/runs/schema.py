@@ -166,6 +166,10 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
         Key("placements", D, "per placement: late-over-early ratios of parameter and input gradient norms and of the "
             "output variance"),
         Key("final_loss", D, "--steps: the last step's mean loss per placement", required=False),
+        Key("monitor_every", I, "--steps: training.csv measured every N steps", required=False),
+        Key("training", D, "--steps: per placement (seeds averaged), the step from which the deep third's mean "
+            "d(l, 1) stays below the shallow third's (crossover_step, null: not below at the end) and the two "
+            "thirds' means at the last step", required=False),
     ),
     "monitor": RUN + (
         Key("model", S, "the trained model: its name_or_path, or its class"),

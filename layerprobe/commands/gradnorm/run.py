@@ -177,10 +177,39 @@ class _Jobs:
         self.progress(self.stage, self.done, self.total)
 
 
-def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, rows: list, losses: list,
+def monitor_every(config: GradnormConfig) -> int:
+    """Steps between the training-time measurements of training.csv: --monitor-every, else about 20 of them."""
+    return config.monitor_every or max(1, config.train.steps // 20)
+
+
+@dataclass
+class _Found:
+    """What the jobs of this process produced, as (job index, row) pairs: gradnorm rows, losses, training rows."""
+
+    rows: list
+    losses: list
+    training: list
+
+    NAMES = ("rows", "losses", "training")
+
+    def since(self, marks: tuple[int, ...]) -> dict:
+        return {name: [row for _, row in getattr(self, name)[mark:]] for name, mark in zip(self.NAMES, marks)}
+
+    def marks(self) -> tuple[int, ...]:
+        return tuple(len(getattr(self, name)) for name in self.NAMES)
+
+    def add(self, job: int, saved: dict) -> None:
+        for name in self.NAMES:
+            getattr(self, name).extend((job, row) for row in saved.get(name, []))
+
+
+def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, found: _Found,
              warnings: list[str]) -> None:
-    """Measure one model at the recorded steps (training between them with --steps)."""
+    """Measure one model at the recorded steps (training between them with --steps, watched by a LayerMonitor:
+    the same measurement layerprobe.integrations makes inside a user's training)."""
     import torch
+
+    from layerprobe.integrations.monitor import LayerMonitor
 
     config, subjects = jobs.config, jobs.subjects
     stack = find_blocks(model, config.model.layers_path if config.model else None,
@@ -190,48 +219,50 @@ def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, ro
         passes = None if config.train.steps else jobs.advance
         for row in measure_gradients(model, stack, jobs.batch_list, subjects.encoder, subjects.tokenizer, seed,
                                      on_batch=passes):
-            rows.append((job, {"norm": norm, "seed": seed, "step": step, **row}))
+            found.rows.append((job, {"norm": norm, "seed": seed, "step": step, **row}))
 
     if 0 in jobs.steps:
         record(0)
     if not config.train.steps:
         return
     jobs.advance()
+    monitor = LayerMonitor(model, probe=jobs.batch_list, stack=stack, shared=False, every=monitor_every(config))
+    monitor.record(0)
     generator = torch.Generator().manual_seed(seed)
     training = (lm_inputs(ids, mask, subjects.encoder, subjects.tokenizer, generator)
                 for ids, mask in _cycle(stream, warnings))
 
     def after(step: int, loss: float) -> None:
-        losses.append((job, {"norm": norm, "seed": seed, "step": step, "loss": loss}))
+        found.losses.append((job, {"norm": norm, "seed": seed, "step": step, "loss": loss}))
+        if monitor.due(step) or step == config.train.steps:
+            monitor.record(step, monitor.gradients())  # this step's own gradients, as the optimizer took them
         if step in jobs.steps:
             record(step)
         jobs.advance()
 
     with torch.enable_grad():
         train(model, training, config.train, after)
+    found.training += [(job, {"placement": norm, "seed": seed, **row}) for row in monitor.rows]
 
 
-def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> tuple[list, list]:
-    rows: list = []
-    losses: list = []
+def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> _Found:
+    found = _Found([], [], [])
     models = _Models(jobs.config, jobs.subjects)
     jobs.progress(jobs.stage, 0, jobs.total)
     for job, norm, loaded, seed in mine:
         name = f"{norm}-seed{seed}"
         saved = jobs.store.load(name)
         if saved is not None:  # finished before an interruption
-            rows += [(job, row) for row in saved["rows"]]
-            losses += [(job, row) for row in saved["losses"]]
+            found.add(job, saved)
             jobs.resumed += 1
             jobs.advance(jobs.units)
             continue
-        first_row, first_loss = len(rows), len(losses)
+        marks = found.marks()
         model = models.get(norm, loaded, seed)
-        _run_job(jobs, job, model, norm, seed, stream, rows, losses, warnings)
-        jobs.store.save(name, {"rows": [row for _, row in rows[first_row:]],
-                               "losses": [row for _, row in losses[first_loss:]]})
+        _run_job(jobs, job, model, norm, seed, stream, found, warnings)
+        jobs.store.save(name, found.since(marks))
         model = None  # free this model before the next one is built, unless _Models keeps it for reuse
-    return rows, losses
+    return found
 
 
 def _out(config: GradnormConfig) -> str:
@@ -290,22 +321,23 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     jobs = _Jobs(config, subjects, batch_list, steps, store, progress, "steps" if config.train.steps else "passes",
                  units, len(mine) * units)
     warnings: list[str] = []
-    rows, losses = _run_jobs(jobs, mine, stream, warnings)
-    gathered = world.gather((rows, losses, warnings, jobs.resumed))
+    found = _run_jobs(jobs, mine, stream, warnings)
+    gathered = world.gather((found, warnings, jobs.resumed))
     if not world.main:
         return GradnormRun(None, warnings=warnings)
-    warnings = list(dict.fromkeys(w for part in gathered for w in part[2]))
-    resumed = sum(part[3] for part in gathered)
+    warnings = list(dict.fromkeys(w for part in gathered for w in part[1]))
+    resumed = sum(part[2] for part in gathered)
     if resumed:
         warnings.append(f"--resume: {resumed} finished job(s) read from '{store.dir}', {len(jobs_all) - resumed} run now.")
-    tables = aggregate([p for part in gathered for p in part[0]], [p for part in gathered for p in part[1]])
+    tables = aggregate(*([pair for part in gathered for pair in getattr(part[0], name)] for name in _Found.NAMES))
     facts = {"model": subjects.name, "arch": config.arch if config.model is None else None,
              "dataset": corpus.description, "seq_len": config.data.seq_len, "batch_size": config.data.batch_size,
              "seeds": config.seeds, "batches": len(batch_list), "device": str(subjects.device),
              "dtype": subjects.dtype, "steps": config.train.steps, "record_steps": steps,
              "peak_gpu_memory_gib": peak_memory_gib(str(subjects.device))}
     if config.train.steps:
-        facts |= {"lr": config.train.lr, "warmup": config.train.warmup, "clip": config.train.clip}
+        facts |= {"lr": config.train.lr, "warmup": config.train.warmup, "clip": config.train.clip,
+                  "monitor_every": monitor_every(config)}
     run = write_gradnorm_outputs(store.dir.parent, tables, config, facts, started, time.perf_counter() - clock,
                                  warnings)
     store.clear()  # the outputs are written: nothing left to resume
