@@ -284,3 +284,58 @@ def test_ddp_rank_zero_logs_and_equals_one_process(tmp_path):
     assert two["tokens"].tolist() == one["tokens"].tolist()
     for column in ("distance_next", "block_influence", "norm", "variance", "grad_norm"):
         pd.testing.assert_series_equal(two[column], one[column], rtol=1e-5, atol=1e-8)
+
+
+def test_lightning_callback_against_hand_gradients_and_hidden_states(tokenizer, tmp_path):
+    """The Lightning callback (optional extra): with a gradient accumulation of 2, the gradient norms equal a hand
+    float64 sum at the same moment (before Lightning's clipping), the last step's d(l, 1) equals HF's own hidden
+    states of the trained model on the probe tokens, and Lightning's CSV logger holds the keys."""
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.loggers import CSVLogger
+
+    from layerprobe.integrations import LayerprobeLightningCallback
+
+    class Module(lightning.LightningModule):
+        def __init__(self, model):
+            super().__init__()
+            self.lm = model
+
+        def training_step(self, batch, _):
+            return self.lm(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=3e-3)
+
+    class Hand(lightning.Callback):
+        def __init__(self):
+            self.norms = {}
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            sums = {}
+            for name, param in pl_module.named_parameters():
+                if ".layers." in name and param.grad is not None:
+                    layer = int(name.split(".layers.")[1].split(".")[0])
+                    sums[layer] = sums.get(layer, 0.0) + float((param.grad.double() ** 2).sum())
+            self.norms[trainer.global_step + 1] = [math.sqrt(sums[k]) for k in sorted(sums)]
+
+    torch.manual_seed(0)
+    module = Module(_model(tokenizer))
+    hand = Hand()
+    callback = LayerprobeLightningCallback(tokenizer, every=2, out=str(tmp_path / "monitor"), **PROBE)
+    loader = torch.utils.data.DataLoader(_dataset(tokenizer), batch_size=2)
+    trainer = lightning.Trainer(max_steps=4, accumulate_grad_batches=2, gradient_clip_val=0.5, accelerator="cpu",
+                                devices=1, logger=CSVLogger(tmp_path / "logs"), callbacks=[hand, callback],
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, loader)
+    table = pd.read_csv(tmp_path / "monitor" / "monitor.csv")
+    assert sorted(table["step"].unique()) == [0, 2, 4]
+    for step in (2, 4):
+        got = _layers_at(table, step)["grad_norm"].dropna().tolist()
+        assert got == pytest.approx(hand.norms[step], rel=1e-6)
+    module.lm.eval()
+    expected = hf_next_distances(module.lm, tokenizer, list(open_corpus("builtin").texts()), PROBE["seq_len"],
+                                 PROBE["batch_size"], PROBE["tokens"], 3)  # HF's last state is after the final norm
+    assert _layers_at(table, 4)["distance_next"].tolist()[:3] == pytest.approx(expected, rel=1e-6)
+    logged = pd.read_csv(next((tmp_path / "logs").rglob("metrics.csv")))
+    assert {f"layerprobe/{key}/layer_0" for key in KEYS} <= set(logged.columns)
+    assert json.loads((tmp_path / "monitor" / "summary.json").read_text())["lightning"]["accumulate_grad_batches"] == 2

@@ -1,6 +1,6 @@
 """layerprobe inside training: LayerMonitor for a plain PyTorch loop, LayerprobeCallback for the Hugging Face
-Trainer. Importable without the CLI (no typer or rich); names are imported on first use, so importing this package
-loads neither torch nor transformers."""
+Trainer, LayerprobeLightningCallback for Lightning (if installed). Importable without the CLI (no typer or rich);
+names are imported on first use, so importing this package loads neither torch nor transformers."""
 
 from layerprobe import lazy_exports
 
@@ -8,6 +8,7 @@ _API = {
     "LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",
     "MonitorSettings": "layerprobe.config:MonitorSettings",
     "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback",
+    "LayerprobeLightningCallback": "layerprobe.integrations.lightning:LayerprobeLightningCallback",
 }
 
 

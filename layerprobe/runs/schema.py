@@ -191,6 +191,8 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
             "ratios of the gradient norm and of the variance"),
         Key("trainer", D, "the HF Trainer's max_grad_norm and gradient_accumulation_steps (LayerprobeCallback)",
             required=False),
+        Key("lightning", D, "Lightning's gradient_clip_val and accumulate_grad_batches (LayerprobeLightningCallback)",
+            required=False),
         Key("placement", S, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
             "unknown"),
         Key("placement_by_layer", L, "the placement of each block"),
