@@ -50,8 +50,6 @@ class HarnessTask:
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
         _import_lm_eval()
-        from lm_eval.tasks import TaskManager
-
         if self.include_path is not None and not Path(self.include_path).exists():
             raise TaskError(f"--include-path '{self.include_path}' does not exist: pass the folder holding your task YAML files.")
         if self.num_fewshot is not None and self.num_fewshot < 0:
@@ -61,11 +59,11 @@ class HarnessTask:
         announce(f"building lm-eval's task {self.name} (its task index takes about 20 s)")
         manager = None
         if self.include_path is not None:
-            manager = TaskManager(include_path=self.include_path, include_defaults=False)
+            manager = task_manager(self.include_path, False, _folder_state(self.include_path))
             if self.name not in manager.all_tasks:
                 manager = None
         if manager is None:
-            manager = TaskManager(include_path=self.include_path)
+            manager = task_manager(self.include_path, True, _folder_state(self.include_path))
         if self.name not in manager.all_tasks:
             close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
             hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
@@ -127,6 +125,25 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+def _folder_state(include_path: str | None) -> tuple:
+    """What a task folder holds, by file and modification time: a changed folder is indexed again."""
+    if include_path is None:
+        return ()
+    root = Path(include_path)
+    files = [root] if root.is_file() else sorted(root.rglob("*"))
+    return tuple((str(f), f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
+@functools.lru_cache(maxsize=8)
+def task_manager(include_path: str | None, include_defaults: bool, state: tuple) -> Any:
+    """lm-eval's TaskManager, indexed once per process for the same folders (`state`: _folder_state): indexing
+    lm-eval's own tasks takes ~20 s, and a library user or a test session builds many sweeps in one process.
+    load() builds new task objects from the index on every call, so one manager serves them all."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=include_path, include_defaults=include_defaults)
 
 
 def _metrics(table: dict) -> dict[str, tuple[float, float | None]]:
