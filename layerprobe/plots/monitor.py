@@ -77,7 +77,7 @@ def training_figure(table: Any, found: dict, facts: dict) -> Any:
     found: per placement, its `crossover_step` (gradnorm's training summary)."""
     from matplotlib.figure import Figure
 
-    from layerprobe.integrations.outputs import thirds
+    from layerprobe.metrics.thirds import thirds
 
     placements = list(dict.fromkeys(table["placement"]))
     fig = Figure(figsize=(3.6 * len(placements) + 1, 6.4))

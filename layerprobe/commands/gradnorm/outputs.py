@@ -51,7 +51,7 @@ def aggregate(row_pairs: list, loss_pairs: list, training_pairs: list = ()) -> G
 def training_summary(training: Any) -> dict:
     """Per placement, seeds averaged: the step from which the deep third's d(l, 1) stays below the shallow
     third's (None: not below at the end) and the two thirds' means at the last step measured."""
-    from layerprobe.integrations.outputs import crossover_step, thirds
+    from layerprobe.metrics.thirds import crossover_step, thirds
 
     found = {}
     for placement, part in training.groupby("placement", sort=False):
