@@ -304,6 +304,10 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     assert summary["removed_layers"] == [3] and summary["model"] == str(folder)
     after = summary["heldout_after"]["ppl"]
     assert curve.loc[curve["removed"] == "3", "healed_score"].iloc[0] == pytest.approx(after, rel=1e-9)
+    # the fair reference: the unpruned model healed alike also adapts to the corpus (below its unhealed ppl)
+    reference = json.loads((tmp_path / "whole" / "summary.json").read_text())
+    assert reference["baseline"] == pytest.approx(summary["heldout_unpruned_ppl"], rel=1e-9)  # same held-out text
+    assert reference["healed_baseline"] < reference["baseline"]
     # interrupted after the first healed set, then resumed: the same curve
     original = module.heal_sets
 

@@ -7,8 +7,10 @@ from typing import Any
 
 from layerprobe.strategies import STRATEGIES
 
-def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, edge: float, title: str) -> Any:
-    """table: curve.csv rows (strategy, k, fraction, score); edge: the score at the tolerance's limit."""
+def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, edge: float, title: str,
+               healed_baseline: float | None = None) -> Any:
+    """table: curve.csv rows (strategy, k, fraction, score); edge: the score at the tolerance's limit;
+    healed_baseline: --heal-steps, the unpruned model healed the same way (where the healed lines start)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6.4, 4.0))
@@ -21,11 +23,15 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
         ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
                 linewidth=1.4, label=known.label if known else strategy)
         if "healed_score" in rows and rows["healed_score"].notna().any():  # --heal-steps: the healed line beside it
-            ax.plot([0.0, *rows["fraction"]], [baseline, *rows["healed_score"]], color=colour, marker=marker,
+            start = baseline if healed_baseline is None else healed_baseline
+            ax.plot([0.0, *rows["fraction"]], [start, *rows["healed_score"]], color=colour, marker=marker,
                     markersize=3, linewidth=1.1, linestyle="--", markerfacecolor="none",
                     label=f"{known.label if known else strategy}, healed")
     if baseline != 0:  # kl and drift: the unpruned model's 0 is the axis itself (the curves start there)
         ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
+    if healed_baseline is not None:  # the same healing also adapts the unpruned model to the corpus
+        ax.axhline(healed_baseline, color="grey", linewidth=0.9, linestyle="--",
+                   label=f"unpruned, healed alike ({healed_baseline:.4g})")
     ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
     if chance is not None:
         ax.axhline(chance, color="#8e44ad", linewidth=0.9, linestyle="-.", label=f"chance ({chance:g})")

@@ -118,6 +118,9 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
             optional=True),
         Key("sets_scored", I, "distinct layer sets scored"),
         Key("heal_steps", I, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
+        Key("healed_baseline", F, "--heal-steps: the unpruned model healed the same way, on the same text (the "
+            "healed curves' fair reference: the healing also adapts a model with every layer to the corpus)",
+            required=False, optional=True),
         Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
     ),
     "heal": RUN + MODEL + CORPUS + (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.probe import Probe
-from layerprobe.commands.prune.healed import check_healing, heal_sets
+from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_sets
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
@@ -264,11 +264,11 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
-               "heal_steps": settings.heal_steps,
+               "heal_steps": settings.heal_steps, "healed_baseline": healed.get(UNPRUNED),
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
-                        f"{num_layers} layers")
+                        f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
     return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)

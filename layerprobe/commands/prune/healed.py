@@ -55,18 +55,25 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
     return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"])
 
 
+UNPRUNED = ""  # the healed-sets key of the unpruned model, healed the same way: the fair reference
+
+
 def heal_sets(config: PruneConfig, probe: Any, variants: list[Variant], ledger: Ledger,
               progress: Progress) -> dict[str, float]:
-    """Set label -> its score after healing, for every scored set (saved after each, resumed from the ledger)."""
+    """Set label -> its score after healing, for every scored set and for the unpruned model (key UNPRUNED: the
+    same steps on the same text also adapt a model with every layer to the corpus, so a healed set is compared
+    with it, not with the unhealed baseline). Saved after each, resumed from the ledger."""
     if not config.curve.heal_steps:
         return {}
     settings = _settings(config)
     data = load_data(settings, probe)
     healed = dict(ledger.state.get("healed", {}))
-    progress("healed sets", len(healed), len(variants))
-    for variant in variants:
-        if variant.label not in healed:
-            healed[variant.label] = heal_one(probe, list(variant.removed), settings, data, config.task)
+    wanted = [UNPRUNED, *(variant.label for variant in variants)]
+    removed = {UNPRUNED: [], **{variant.label: list(variant.removed) for variant in variants}}
+    progress("healed sets", sum(label in healed for label in wanted), len(wanted))
+    for label in wanted:
+        if label not in healed:
+            healed[label] = heal_one(probe, removed[label], settings, data, config.task)
             ledger.save_state(healed=healed)
-        progress("healed sets", len(healed), len(variants))
+        progress("healed sets", sum(label in healed for label in wanted), len(wanted))
     return healed
