@@ -257,7 +257,7 @@ def lens_head(config: AngularConfig) -> str:
     """'causal-lm' when the logit lens is asked for (--lens-tokens > 0) and the model is a causal LM, else 'base'."""
     if config.lens_tokens <= 0:
         return "base"
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from layerprobe.internals import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
     model_type = peek_model_type(config.model.model, config.model.revision, config.model.trust_remote_code,
                                  config.model.gguf_file)

@@ -1,6 +1,6 @@
 """lm-evaluation-harness: tasks built once, evaluated on the same in-memory model for every variant.
 
-The only module that imports lm_eval (lazily, inside functions).
+The only module that uses lm_eval (lazily, inside functions; its internals through layerprobe/internals.py).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class HarnessTask:
         """lm-eval's own metrics for the top-level task: {'acc': (value, stderr), ...}."""
         import numpy as np
         import torch
-        from lm_eval.evaluator import evaluate
+        from layerprobe.internals import evaluate
 
         random.seed(SEED)
         np.random.seed(SEED)
@@ -141,7 +141,7 @@ def task_manager(include_path: str | None, include_defaults: bool, state: tuple)
     """lm-eval's TaskManager, indexed once per process for the same folders (`state`: _folder_state): indexing
     lm-eval's own tasks takes ~20 s, and a library user or a test session builds many sweeps in one process.
     load() builds new task objects from the index on every call, so one manager serves them all."""
-    from lm_eval.tasks import TaskManager
+    from layerprobe.internals import TaskManager
 
     return TaskManager(include_path=include_path, include_defaults=include_defaults)
 
@@ -191,7 +191,9 @@ def _quiet_about_a_loaded_model() -> Iterator[None]:
     def keep(record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith(_ON_PURPOSE)
 
-    logger = logging.getLogger("lm_eval.models.huggingface")  # HFLM's own logger (its module's name)
+    from layerprobe.internals import HFLM
+
+    logger = logging.getLogger(HFLM.__module__)  # HFLM's own logger (its module's name)
     logger.addFilter(keep)
     try:
         yield
@@ -212,7 +214,7 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
 
             lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part)
         else:
-            from lm_eval.models.huggingface import HFLM
+            from layerprobe.internals import HFLM
 
             lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
     if getattr(lm, "prefix_token_id", 0) is None:  # lm-eval would fail deep inside its first request

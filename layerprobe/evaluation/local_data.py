@@ -102,7 +102,7 @@ def datasets_from(root: Path | None) -> Iterator[dict]:
         return datasets.DatasetDict({p.name: datasets.load_from_disk(str(p)) for p in sorted(folder.iterdir())
                                      if (p / "state.json").is_file()})
 
-    from lm_eval.api.task import ConfigurableTask
+    from layerprobe.internals import ConfigurableTask
 
     build = ConfigurableTask.__init__
 

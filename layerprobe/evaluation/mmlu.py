@@ -61,9 +61,9 @@ def read_mmlu(path: Path) -> dict[str, list[dict]]:
 
 def lm_eval_mmlu_dir() -> Path:
     """lm-eval's own MMLU task folder (the default, log-likelihood variant)."""
-    import lm_eval.tasks
+    from layerprobe.internals import lm_eval_tasks
 
-    folder = Path(lm_eval.tasks.__file__).parent / "mmlu" / "default"
+    folder = Path(lm_eval_tasks.__file__).parent / "mmlu" / "default"
     if not (folder / "_default_template_yaml").is_file():
         raise TaskError(f"This lm-eval has no MMLU tasks at {folder}: install lm-eval >= 0.4.5.")
     return folder

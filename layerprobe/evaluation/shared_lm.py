@@ -21,18 +21,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from lm_eval.api.registry import register_model  # this module is imported lazily, only for lm-eval sweeps
-from lm_eval.models.huggingface import HFLM
-from lm_eval.models.utils import Collator
-
-try:  # moved between lm-eval releases
-    from lm_eval.models.utils_hf import pad_and_concat
-except ImportError:  # pragma: no cover - older lm-eval
-    from lm_eval.models.utils import pad_and_concat
 
 from layerprobe.evaluation.taskfree import replay_variant, replayable, tail_only
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture
+# lm-eval internals (what each is used for: layerprobe/internals.py); this module is imported only for lm-eval sweeps
+from layerprobe.internals import HFLM, Collator, pad_and_concat, register_model
 from layerprobe.models.surgery import removed
 from layerprobe.models.layers import BlockStack
 
