@@ -29,6 +29,8 @@ GREEDY_ENDS = ("keep", "allow")  # greedy: never remove the first and last remai
 OBJECTIVES = ("lm", "distill")  # heal: next-token loss, or KL to the unpruned model
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
+DEMO_OUT = "reports/demo-run"  # where `layerprobe demo` writes by default (a timestamped sibling if it exists)
+DEMO_REFERENCE = "reports/demo"  # the committed demo run: never a default --out; a fresh demo says how to compare
 
 # the options every run folder has: where it goes and how it is drawn, never what it measures
 _OUT = dict(numbers=False, flag="--out")

@@ -1,5 +1,6 @@
-"""Helpers several test files use: independent references (a pruned copy built by hand, hand-rolled metrics), the
-split device map, and the check that a CLI error is layerprobe's own one line."""
+"""Helpers several test files use: the CLI runner (`invoke`), the demo reference's tables (DEMO_REFERENCE),
+independent references (a pruned copy built by hand, hand-rolled metrics), the split device map, and the check that
+a CLI error is layerprobe's own one line."""
 
 from __future__ import annotations
 
@@ -11,11 +12,18 @@ import re
 
 import torch
 import transformers
+from typer.testing import CliRunner
 
+from layerprobe.cli import app
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 from layerprobe.models.layers import find_blocks
 from layerprobe.settings import mark_of, walk
+
+# The committed demo run's tables and records (reports/demo's CSV and JSON files, no figures): the reference a quick
+# demo is compared with, and real runs to damage by hand. A copy, so reports/demo can be regenerated on its own;
+# tests/data/README.md says how it was made.
+DEMO_REFERENCE = Path(__file__).resolve().parent / "data" / "demo"
 
 SPLIT = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk",
          "model.layers.3": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
@@ -69,6 +77,11 @@ def reference_metric(task, full, pruned, folder, tokens, seq_len, batch_size):
             total += float((p.exp() * (p - q)).sum())
             count += ids.numel()
     return math.exp(total / count) if task == "ppl" else total / count
+
+
+def invoke(*args, **kwargs):
+    """Run the CLI in-process (typer's runner), every argument as the string a shell would pass."""
+    return CliRunner().invoke(app, [str(a) for a in args], **kwargs)
 
 
 def assert_error(result, needle: str) -> None:

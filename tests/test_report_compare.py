@@ -14,22 +14,17 @@ from pathlib import Path
 import matplotlib.image as mpimg
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.report.findings import findings, spans
 from layerprobe.runs.read import Run
 
-from .helpers import assert_error
-
-runner = CliRunner()
-REFERENCE = Path(__file__).resolve().parent.parent / "reports" / "demo"
+from .helpers import DEMO_REFERENCE, assert_error, invoke
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo") / "quick"
-    result = runner.invoke(app, ["demo", "--quick", "--out", str(out)])
+    result = invoke("demo", "--quick", "--out", out)
     assert result.exit_code == 0, result.output
     return out
 
@@ -37,10 +32,6 @@ def demo(tmp_path_factory) -> Path:
 def copy(src: Path, dst: Path) -> Path:
     shutil.copytree(src, dst)
     return dst
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 @pytest.mark.slow  # the quick demo fixture
@@ -56,12 +47,13 @@ def test_demo_writes_three_runs_and_a_report(demo):
 
 @pytest.mark.slow  # the quick demo fixture
 def test_fresh_quick_demo_matches_the_committed_reference(demo):
-    """The committed reports/demo is the baseline; a smaller fresh run must agree within loose tolerances."""
-    assert (REFERENCE / "angular" / "summary.json").is_file(), "reports/demo is committed as the reference"
+    """The committed demo (its tables: tests/data/demo) is the baseline; a smaller fresh run must agree within loose
+    tolerances."""
+    assert (DEMO_REFERENCE / "angular" / "summary.json").is_file(), "tests/data/demo holds the reference's tables"
     from layerprobe.cli.demo import QUICK_TOLERANCES
 
     assert QUICK_TOLERANCES == {"angular": 0.03, "prune": 0.25, "gradnorm": 0.5, "variance": 0.5}  # the README's
-    result = invoke("compare", REFERENCE, demo, *[f"--tolerance={k}={v}" for k, v in QUICK_TOLERANCES.items()])
+    result = invoke("compare", DEMO_REFERENCE, demo, *[f"--tolerance={k}={v}" for k, v in QUICK_TOLERANCES.items()])
     assert result.exit_code == 0, result.output
     assert "OK: all" in result.output
 
@@ -226,13 +218,7 @@ def test_damaged_tables_are_refused_by_every_reader(tmp_path):
     --from-curve refuse the run in one line instead of judging or using it."""
     import shutil
 
-    from typer.testing import CliRunner
-
-    from layerprobe.cli import app
-    from tests.helpers import assert_error
-
-    runner = CliRunner()
-    reference = Path(__file__).resolve().parents[1] / "reports" / "demo" / "angular"
+    reference = DEMO_REFERENCE / "angular"
     cases = {
         "cut": lambda text: text[: len(text) - 7],
         "twice": lambda text: text + text.splitlines()[-1] + "\n",
@@ -246,15 +232,13 @@ def test_damaged_tables_are_refused_by_every_reader(tmp_path):
         shutil.copytree(reference, folder)
         (folder / "angular.csv").write_text(damage((reference / "angular.csv").read_text()))
         if name != "nan":  # compare judges a NaN as a failed check naming it (test_compare_fails_on_non_finite...)
-            assert_error(runner.invoke(app, ["compare", str(reference), str(folder)]), needles[name])
-        assert_error(runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / f"page-{name}")]),
-                     needles[name])
-    curve = Path(__file__).resolve().parents[1] / "reports" / "demo" / "smollm2-curve-kl"
+            assert_error(invoke("compare", reference, folder), needles[name])
+        assert_error(invoke("report", folder, "--out", tmp_path / f"page-{name}"), needles[name])
+    curve = DEMO_REFERENCE / "smollm2-curve-kl"
     shutil.copytree(curve, tmp_path / "curve")
     text = (curve / "curve.csv").read_text()
     (tmp_path / "curve" / "curve.csv").write_text(text[: len(text) - 3])
-    assert_error(runner.invoke(app, ["export", "--from-curve", str(tmp_path / "curve"), "--out", str(tmp_path / "e")]),
-                 "ends inside a row")
+    assert_error(invoke("export", "--from-curve", tmp_path / "curve", "--out", tmp_path / "e"), "ends inside a row")
 
 
 def test_compare_says_when_the_settings_differ(model_dirs, tmp_path):

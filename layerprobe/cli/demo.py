@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from layerprobe.cli.common import call, out, progress_bar, show_warnings
+from layerprobe.config import DEMO_OUT, DEMO_REFERENCE
 
 
 # A --quick run has fewer tokens and seeds than the committed reference: the tolerances it passes with (README).
@@ -12,8 +15,8 @@ QUICK_TOLERANCES = {"angular": 0.03, "prune": 0.25, "gradnorm": 0.5, "variance":
 
 
 def demo(
-    out_dir: str = typer.Option("reports/demo", "--out", show_default=False,
-                                help="Demo folder (default reports/demo; a timestamped sibling if it exists)."),
+    out_dir: str = typer.Option(DEMO_OUT, "--out", show_default=False,
+                                help=f"Demo folder (default {DEMO_OUT}; a timestamped sibling if it exists)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
 ) -> None:
@@ -32,7 +35,8 @@ def demo(
         for line in findings(run):
             out.print(f"  - {line}", highlight=False)
     out.print(f"report -> [bold]{result.report}[/bold]", highlight=False)
-    if str(result.folder) != "reports/demo" and out_dir == "reports/demo":
+    reference = Path(DEMO_REFERENCE)
+    if reference.is_dir() and reference.resolve() != Path(result.folder).resolve():
         loose = " ".join(f"--tolerance {k}={v:g}" for k, v in QUICK_TOLERANCES.items()) if quick else ""
-        out.print(f"check against the committed reference: layerprobe compare reports/demo {result.folder} {loose}".rstrip(),
-                  highlight=False, soft_wrap=True)
+        out.print(f"check against the committed reference: layerprobe compare {DEMO_REFERENCE} {result.folder} {loose}"
+                  .rstrip(), highlight=False, soft_wrap=True)

@@ -18,7 +18,8 @@ from layerprobe.commands.angular import run_angular
 from layerprobe.commands.gradnorm.run import run_gradnorm
 from layerprobe.commands.prune.curve import run_curve
 from layerprobe.commands.prune.run import run_prune
-from layerprobe.config import AngularConfig, CurveSettings, DataOptions, GradnormConfig, ModelOptions, PruneConfig
+from layerprobe.config import (DEMO_OUT, AngularConfig, CurveSettings, DataOptions, GradnormConfig, ModelOptions,
+                               PruneConfig)
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir
@@ -96,13 +97,13 @@ def _gemma3(folder: Path, size: dict, stage) -> list:
 
 
 @abandons_on_error
-def run_demo(out: str = "reports/demo", quick: bool = False, overwrite: bool = False,
+def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
              progress: Progress = silent) -> DemoRun:
     """The argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN; Gemma 3, Peri-LN: angular and task-free
     sweeps) and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
     exists and overwrite is off)."""
     size = QUICK if quick else FULL
-    folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo (the committed reference) is kept
+    folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo is kept: a timestamped sibling instead
 
     def stage(name: str) -> Progress:
         return lambda _, done, total: progress(name, done, total)
