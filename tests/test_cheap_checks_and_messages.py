@@ -1,5 +1,6 @@
-"""What a new user hits first (issue 17): the order and completeness of the cheap checks, the dataset default from
-the environment and the project, the exact offline command, warnings only about what was asked."""
+"""The cheap checks and first messages: every cheap problem named at once, in order; the dataset default from the
+environment and the project; the exact offline command; warnings only about what was asked; one name per meaning;
+plain report titles and progress lines."""
 
 from __future__ import annotations
 

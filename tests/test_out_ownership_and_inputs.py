@@ -1,6 +1,6 @@
-"""Hardening, round 3, one test per rule: nothing layerprobe did not make is deleted (the source, its parents, the
-working directory, foreign folders); one writer per --out; inputs read from disk are checked; conflicting, huge or
-meaningless options are refused; messages name the real cause."""
+"""Who owns --out and which inputs are trusted, one test per rule (docs/errors.md): nothing layerprobe did not make
+is deleted (the source, its parents, the working directory, foreign folders); one writer per --out; inputs read
+from disk are checked; conflicting, huge or meaningless options are refused; messages name the real cause."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import assert_error
+from tests.helpers import DEMO_REFERENCE, assert_error
 
 from typer.testing import CliRunner
 
@@ -173,7 +173,7 @@ def test_out_dot_a_non_numeric_table_and_greedy_on_an_encoder_are_clean(model_di
                                  "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", "."])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "mine.txt").read_text() == "kept"  # the run went to a timestamped sibling, nothing replaced
-    reference = Path(__file__).resolve().parents[1] / "reports" / "demo" / "angular"
+    reference = DEMO_REFERENCE / "angular"
     shutil.copytree(reference, tmp_path / "odd")
     lines = (reference / "angular.csv").read_text().splitlines()
     cells = lines[3].split(",")
