@@ -65,7 +65,7 @@ def lm_eval_mmlu_dir() -> Path:
 
     folder = Path(lm_eval_tasks.__file__).parent / "mmlu" / "default"
     if not (folder / "_default_template_yaml").is_file():
-        raise TaskError(f"This lm-eval has no MMLU tasks at {folder}: install lm-eval >= 0.4.5.")
+        raise TaskError(f"This lm-eval has no MMLU tasks at {folder}: install lm-eval >= 0.4.12.")
     return folder
 
 
