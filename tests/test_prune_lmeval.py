@@ -259,7 +259,8 @@ def test_a_sweep_resumed_after_the_baseline_shares_the_prefix_again(model_dirs, 
 def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(model_dirs, fewshot_dir, tmp_path,
                                                                               monkeypatch):
     """The shared pass (the unpruned model and every variant) is most of an lm-eval sweep: it reports progress per
-    batch of requests, saves what it answered, and a run stopped inside it resumes there, to the same numbers."""
+    batch of requests and model by model inside a batch, saves what it answered, and a run stopped inside it
+    resumes there, to the same numbers."""
     from layerprobe.commands.prune.run import run_prune
     from layerprobe.config import DataOptions, ModelOptions, PruneConfig
     from layerprobe.evaluation import shared_lm
@@ -276,9 +277,14 @@ def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(m
     steps = [(done, total) for stage, done, total in seen if stage.startswith("requests")]
     assert steps[0][0] == 0 and steps[-1][0] == steps[-1][1] and len(steps) > 3  # batch by batch, to the end
 
+    # inside a batch the bar moves model by model (the unpruned one, then each of the 4 variants)
+    assert len(steps) > 5 * 2 and any(b[0] - a[0] < 2 for a, b in zip(steps, steps[1:]) if b[0] > a[0])
+
     def stop_inside_the_pass(stage, done, total):
-        if stage.startswith("requests") and 0 < done < total:
-            raise KeyboardInterrupt
+        state = tmp_path / "cut" / "state.json"
+        if stage.startswith("requests") and 0 < done < total and state.is_file() and \
+                json.loads(state.read_text()).get("shared_pass", {}).get("answers"):
+            raise KeyboardInterrupt  # after a batch was saved
 
     with pytest.raises(KeyboardInterrupt):
         run_prune(config(tmp_path / "cut"), stop_inside_the_pass)

@@ -147,6 +147,9 @@ class SharedPrefixLM(HFLM):
                          group_fn=lambda r: r[-2] + r[-1][:-1])
         size = self.choose_batch(requests)
         self.tick(done, total)
+        # requests per row (a row serves every one-token continuation of its context): progress inside a batch,
+        # whose variants can take minutes on a CPU, moves by the rows' share of the requests
+        per_row = len(requests) / max(1, len({tuple(r[1] + r[2][:-1]) for r in requests}))
         for chunk in order.get_batched(n=size, batch_fn=None):
             inps, inplens, conts = [], [], []
             for _, context_enc, continuation_enc in chunk:
@@ -159,7 +162,9 @@ class SharedPrefixLM(HFLM):
             # rows of the flattened (batch * width) positions whose logits are scored
             spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, c) in enumerate(zip(inplens, conts))]
             index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(self.device)
-            per_variant = self._variant_logprobs(batched, index)
+            models = len(self.labels)
+            per_variant = self._variant_logprobs(
+                batched, index, lambda k: self.tick(done + int(len(chunk) * per_row * k / models), total))
             # expand one-token-continuation groups exactly as HFLM does, recording the expansion once
             offsets = [0, *itertools.accumulate(k for _, k in spans)]  # row -> first scored position
             for row, (request_str, ctx_tokens, cont_tokens) in enumerate(chunk):
@@ -200,8 +205,10 @@ class SharedPrefixLM(HFLM):
                        "gib_per_sequence": round(per_sequence / 2**30, 4), "budget_gib": round(budget / 2**30, 3)}
         return size
 
-    def _variant_logprobs(self, batched: torch.Tensor, index: torch.Tensor) -> dict[str | None, torch.Tensor]:
-        """label -> log-probabilities (positions, vocab) at the scored positions; None = unpruned."""
+    def _variant_logprobs(self, batched: torch.Tensor, index: torch.Tensor,
+                          scored: Callable[[int], None] = lambda k: None) -> dict[str | None, torch.Tensor]:
+        """label -> log-probabilities (positions, vocab) at the scored positions; None = unpruned. scored(k): k of
+        the models (the unpruned one and each variant) are done."""
         out: dict[str | None, torch.Tensor] = {}
         with torch.no_grad(), BlockCapture(self.stack, keep_calls=True) as capture:
             logits = self.model(batched).logits  # (batch, width, vocab), as HFLM's _model_call
@@ -209,6 +216,7 @@ class SharedPrefixLM(HFLM):
         flat = logits.reshape(-1, logits.shape[-1])
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
         del logits, flat
+        scored(len(out))
         dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
         replayed = replayable(calls, self.variants, self.part)
         for variant in self.variants:  # removing a block whose outputs feed later blocks: a full forward
@@ -217,6 +225,7 @@ class SharedPrefixLM(HFLM):
                     flat = self.model(batched).logits.reshape(-1, out[None].shape[-1])
                 out[variant.label] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
                 del flat
+                scored(len(out))
         with torch.no_grad(), tail_only(self.model, self.stack) as replay:
             replay.like(capture)
             for variant in replayed:
@@ -226,5 +235,6 @@ class SharedPrefixLM(HFLM):
                 replay.value = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index).unsqueeze(1)
                 tail = self.model(dummy).logits[:, 0]  # (positions, vocab): final norm and head, positions only
                 out[variant.label] = F.log_softmax(tail, dim=-1, dtype=self.softmax_dtype)
+                scored(len(out))
             replay.value = None
         return out
