@@ -1,8 +1,8 @@
 """The Trainer example of docs/monitor.md, with its sizes as options: trains an in-house model from scratch on the
 builtin corpus with LayerprobeCallback and writes the monitor run folder (monitor.csv, monitor.png, summary.json).
 
-    python reports/examples/monitor_trainer.py --placement pre --out reports/examples/monitor-pre
-    python reports/examples/monitor_trainer.py --placement mix --out reports/examples/monitor-mix
+    python reports/examples/monitor_trainer.py --placement pre --seq-len 128 --batch-size 4 --out reports/examples/monitor-pre-71m
+    python reports/examples/monitor_trainer.py --placement mix --seq-len 128 --batch-size 4 --out reports/examples/monitor-mix-71m
 """
 
 import argparse
