@@ -69,7 +69,7 @@ def show_prune(run) -> None:
         table.add_column(column, justify="right")
     main = run.table[run.table["metric"] == s["metric"]]
     for row in main.itertuples():
-        table.add_row(str(row.removed), f"{row.pruned:.4g}", f"{row.delta:+.4g}")
+        table.add_row(str(row.removed), f"{row.pruned:.4g}", "0" if row.delta == 0 else f"{row.delta:+.4g}")
     out.print(table)
     if s.get("shared_prefix"):
         c = s["shared_prefix"]
