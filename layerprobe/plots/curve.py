@@ -30,7 +30,7 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
     if baseline != 0:  # kl and drift: the unpruned model's 0 is the axis itself (the curves start there)
         ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
     if healed_baseline is not None:  # the same healing also adapts the unpruned model to the corpus
-        ax.axhline(healed_baseline, color="grey", linewidth=0.9, linestyle="--",
+        ax.axhline(healed_baseline, color="black", linewidth=0.9, linestyle="-.",
                    label=f"unpruned, healed alike ({healed_baseline:.4g})")
     ax.axhline(edge, color="black", linewidth=0.8, linestyle=":", label=f"tolerance edge ({edge:.4g})")
     if chance is not None:
@@ -40,8 +40,11 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
     if scores and min(scores) >= 0 and max(scores) > 50 * max(edge, 1e-12) and table["metric"].iloc[0] != "acc":
         # lower-is-better scores over decades (one bad strategy's kl of 10 beside 0.1): a log axis shows them all,
         # linear below the tolerance edge so the unpruned 0 of kl and drift is on the plot
-        ax.set_yscale("symlog", linthresh=max(edge, 1e-6), linscale=0.5)
-        ax.set_ylim(bottom=0)
+        if metric == "ppl":  # at least 1: a plain log axis, no 0 to show
+            ax.set_yscale("log")
+        else:
+            ax.set_yscale("symlog", linthresh=max(edge, 1e-6), linscale=0.5)
+            ax.set_ylim(bottom=0)
     num_layers = round(table["k"].iloc[0] / table["fraction"].iloc[0])
     top = ax.secondary_xaxis("top", functions=(lambda f: f * num_layers, lambda k: k / num_layers))
     top.tick_params(labelsize=8)
