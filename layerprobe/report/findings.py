@@ -196,10 +196,26 @@ def curve_findings(run: Run) -> list[str]:
                        f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}).")
         else:
             out.append(f"{strategy}: no layer can go with {tolerance}.")
+    out += _healed(run)
     best = max(s.get("curve", {}).items(), key=lambda item: item[1]["max_k"], default=None)
     if best and best[1]["max_k"]:
         out.append(f"Best strategy here: {best[0]}; export it with `layerprobe export {run.model} --from-curve "
                    f"{run.folder} --strategy {best[0]} --k {best[1]['max_k']}`.")
+    return out
+
+
+def _healed(run: Run) -> list[str]:
+    """--heal-steps: each strategy's largest set after healing, against the unpruned model healed alike."""
+    s, table = run.summary, run.tables.get("curve")
+    reference = s.get("healed_baseline")
+    if not s.get("heal_steps") or reference is None or table is None or "healed_score" not in table:
+        return []
+    out = []
+    for strategy, rows in table.groupby("strategy", sort=False):
+        last = rows.sort_values("k").iloc[-1]
+        out.append(f"{strategy} healed ({s['heal_steps']} LoRA steps): without {int(last['k'])} layers {s['metric']} "
+                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the unpruned "
+                   "model healed alike.")
     return out
 
 

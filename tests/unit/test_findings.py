@@ -59,3 +59,16 @@ def test_no_change_reads_0_and_a_one_layer_block_reads_as_its_layer():
 
     assert signed(0.0) == "0" and signed(0.25) == "+0.25" and signed(-1.5e-4) == "-0.00015"
     assert ranges_label([25]) == "25" and ranges_label([3, 4, 5]) == "3-5"  # the summary's prune_first layers
+
+
+def test_a_healed_curve_is_read_against_the_unpruned_model_healed_alike():
+    from layerprobe.report.findings import curve_findings
+
+    rows = [{"strategy": "angular", "k": k, "fraction": k / 10, "removed": str(k), "metric": "ppl", "baseline": 20.0,
+             "score": 20.0 + 5 * k, "delta": 5.0 * k, "within": False, "healed_score": 15.0 + k} for k in (1, 2)]
+    summary = {"model": "m", "num_layers": 10, "metric": "ppl", "keep": 0.95, "baseline": 20.0, "heal_steps": 20,
+               "healed_baseline": 14.5, "curve": {"angular": {"max_k": 0, "removed": "", "score": None}}}
+    text = " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
+    assert "angular healed (20 LoRA steps): without 2 layers ppl 30 -> 17, against 14.5 for the unpruned" in text
+    summary["heal_steps"] = 0  # not healed: no such sentence
+    assert "healed" not in " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
