@@ -74,8 +74,5 @@ class LayerprobeCallback(TrainerCallback):
             self.monitor.record(step, grads)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.monitor is None:
-            return
-        if not any(row["step"] == state.global_step for row in self.monitor.rows):
-            self.monitor.record(state.global_step)  # the final weights, where max_steps is no multiple of every
-        self.run = self.monitor.close()
+        if self.monitor is not None:
+            self.run = self.monitor.finish(state.global_step)

@@ -6,9 +6,9 @@ logging through the Trainer's own loggers (TensorBoard, CSV, W&B, ...) under `la
     trainer.fit(module, loader)
 
 The LightningModule is the transformer or holds it (found as the first module with input embeddings and a block
-stack, or passed as `model=`). The gradients are read in on_before_optimizer_step (every micro-batch of a gradient accumulation summed;
-Lightning calls it before its own gradient clipping, so these norms are unclipped), the probe is measured once the
-optimizer step is taken (the weights a checkpoint saved at that step holds).
+stack, or passed as `model=`). The gradients are read in on_before_optimizer_step (every micro-batch of a gradient
+accumulation summed; Lightning calls it before its own gradient clipping, so these norms are unclipped), the probe
+is measured once the optimizer step is taken (the weights a checkpoint saved at that step holds).
 """
 
 from __future__ import annotations
@@ -85,8 +85,5 @@ class LayerprobeLightningCallback(Callback):
         self.monitor.record(step, grads)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        if self.monitor is None:
-            return
-        if not any(row["step"] == trainer.global_step for row in self.monitor.rows):
-            self.monitor.record(trainer.global_step)  # the final weights, where max_steps is no multiple of every
-        self.run = self.monitor.close()
+        if self.monitor is not None:
+            self.run = self.monitor.finish(trainer.global_step)

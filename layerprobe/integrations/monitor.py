@@ -131,6 +131,13 @@ class LayerMonitor:
             return None
         return self.record(step, self.gradients())
 
+    def finish(self, step: int) -> Any:
+        """At the end of training: measure the final weights if `step` was not measured (max_steps no multiple of
+        every), then close()."""
+        if not any(row["step"] == step for row in self.rows):
+            self.record(step)
+        return self.close()
+
     def table(self) -> Any:
         """monitor.csv so far, as a DataFrame."""
         import pandas as pd
