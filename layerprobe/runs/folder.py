@@ -88,22 +88,51 @@ def claimed(lock: Path, what: str) -> Iterator[None]:
 
 
 def take_lock(lock: Path) -> bool:
-    """Create `lock` holding 'pid@host' atomically (O_EXCL); a stale one is taken over. False: a live process holds it."""
+    """Create `lock` holding 'pid@host' atomically; a stale one is taken over. False: a live process holds it.
+
+    Processes on one machine check and take a lock one at a time (an advisory flock on its folder), so of several
+    claiming one lock, even a stale one, exactly one wins; the lock appears with its text in one step (a hard link
+    to a written temp file), so no reader ever sees it empty."""
     import socket
 
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-        except FileExistsError:
-            owner = _owner(lock)
-            if owner is not None and owner != f"{os.getpid()}@{socket.gethostname()}":
-                return False
-            lock.unlink(missing_ok=True)  # stale (its process was killed), or this process's own earlier claim
-            continue
+    me = f"{os.getpid()}@{socket.gethostname()}"
+    fd, tmp = tempfile.mkstemp(dir=lock.parent, prefix=f"{lock.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as handle:
-            handle.write(f"{os.getpid()}@{socket.gethostname()}\n")
-        return True
-    return False
+            handle.write(me + "\n")
+        with _one_at_a_time(lock.parent):
+            for _ in range(2):
+                try:
+                    os.link(tmp, lock)
+                    return True
+                except FileExistsError:
+                    owner = _owner(lock)
+                    if owner is not None and owner != me:
+                        return False
+                    lock.unlink(missing_ok=True)  # stale (its process was killed), or this process's own claim
+            return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _one_at_a_time(folder: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `folder` for a moment; a no-op where the system has none (Windows, some
+    network file systems)."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 def release_run_dir(path: Path) -> None:
