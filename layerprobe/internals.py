@@ -94,6 +94,11 @@ INTERNALS = (
     Internal("Conv1D", "transformers", ("transformers.pytorch_utils:Conv1D",),
              "models/layers.py (LINEAR_CLASSES) matches GPT-2's projections by this class name, for LoRA's targets, "
              "without importing transformers"),
+    Internal("load_gguf_checkpoint", "transformers", ("transformers.modeling_gguf_pytorch_utils:load_gguf_checkpoint",),
+             "models/gguf.py (_parsed_once) shares one gguf.GGUFReader per file through a GGUF conversion: "
+             "transformers imports the reader from the gguf package at call time, once for the config, the tokenizer "
+             "and the weights each (if it stops doing so, a conversion is only slower)",
+             source=("from gguf import GGUFReader",)),
     Internal("OutputRecorder", "transformers", ("transformers.utils.output_capturing:OutputRecorder",
                                                 "transformers.utils.generic:OutputRecorder"),
              "metrics/router.py finds the MoE routers from each model class's private _can_record_outputs"

@@ -295,3 +295,6 @@ def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(m
     first = next(done for stage, done, _ in again if stage.startswith("requests"))
     assert first >= len(saved) > 0  # the saved requests were not computed again
     pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"))
+    for run in (whole, resumed):  # a finished run keeps its baseline, not the pass's answers
+        state = json.loads((run.folder / "state.json").read_text())
+        assert "shared_pass" not in state and state["baseline"]

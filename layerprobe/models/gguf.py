@@ -8,6 +8,7 @@ and two processes converting the same file at once both end with the one folder.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.progress import announce
@@ -178,6 +180,29 @@ def cache_root() -> Path:
     return Path(base) / "layerprobe" / "gguf"
 
 
+@contextlib.contextmanager
+def _parsed_once() -> Iterator[None]:
+    """transformers parses a GGUF file's header anew for its config, its tokenizer and its weights (four times in
+    one conversion; 15 s each for Gemma 3's 262K-token vocabulary on 2 cores): within this block each file is
+    parsed once and its reader shared, read only. The reader is gguf.GGUFReader, looked up by transformers at call
+    time (layerprobe/internals.py)."""
+    import gguf
+
+    plain, readers = gguf.GGUFReader, {}
+
+    def reader(path: Any, mode: str = "r") -> Any:
+        key = (os.path.realpath(path), mode)
+        if key not in readers:
+            readers[key] = plain(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = plain
+
+
 def _convert(source: GGUFSource, target: Path) -> None:
     """Dequantize through transformers into a save_pretrained folder (weights in float32, tokenizer beside)."""
     import torch
@@ -185,8 +210,9 @@ def _convert(source: GGUFSource, target: Path) -> None:
 
     where, name = str(source.path.parent), source.path.name
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(where, gguf_file=name)
-        model = transformers.AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
+        with _parsed_once():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(where, gguf_file=name)
+            model = transformers.AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=torch.float32)
     except Exception as exc:  # transformers raises ValueError / KeyError / RuntimeError for what it cannot read
         raise unsupported(source, exc) from None
     # transformers marks a GGUF-loaded model as quantized and will not save_pretrained it; its weights are plain

@@ -242,6 +242,8 @@ class HarnessSweep:
             select(None)
             harness.evaluate(lm)
         baseline = evaluate_variants(harness.evaluate, lm, job, select)
+        if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)
+            ledger.save_state()  # are no longer needed to resume
         if shared and "generate_until" in harness.output_types:
             job.warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood "
                                 "requests shared the prefix.")
