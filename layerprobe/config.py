@@ -214,8 +214,8 @@ class ExportConfig:
     timing_batch: int = setting(1, minimum=1, flag="", help="The batch the time per token is measured on.")
     timing_seq_len: int = setting(128, minimum=1, flag="", help="The sequence length the time per token is measured on.")
     timing_repeats: int = setting(5, minimum=1, flag="", help="Forwards per model, median taken.")
-    timing_new_tokens: int = setting(16, minimum=0, flag="", help="Tokens generate decodes per repeat for the decode "
-                                     "tokens/s (0: no decode timing).")
+    timing_new_tokens: int = setting(16, minimum=0, flag="", help="Tokens generate decodes per repeat; the decode "
+                                     "tokens/s is timed over all but the first (below 2: no decode timing).")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,7 +1,8 @@
 """measure_gain: what a shortened model saves where users feel it, original vs shortened, in one run on one device.
 
 Parameters and weight bytes are counted; prefill time per token (one forward over the timing batch), decode tokens/s
-(`generate` of a stated number of new tokens after that prefill, greedy, with the KV cache) and KV-cache bytes per
+(`generate` of a stated number of new tokens, greedy, with the KV cache, timed from the first new token to the last
+by the clock inside generate, so the prompt's forward is not in it) and KV-cache bytes per
 token (the tensors a forward with use_cache=True leaves in the cache, over the positions it read) are measured.
 The two models are timed alternately, repeat by repeat (who goes first alternates too), and the medians are
 reported: timing all original repeats and then all shortened ones lets the machine's drift (caches, clocks, other
@@ -67,16 +68,34 @@ def _time(fn: Any) -> float:
 
 
 def _one_repeat(model: Any, batch: Any, prompt: Any, new_tokens: int) -> tuple[float, float | None]:
-    """(prefill seconds on `batch`, decode seconds of new_tokens after a prefill of `prompt`, or None)."""
+    """(prefill seconds on `batch`, seconds of the new_tokens - 1 decode steps of a `generate` after `prompt`, or
+    None). The decode is timed inside generate: a logits processor stamps the clock after each step's forward, so
+    the prompt's own forward (the first stamp) and generate's set-up are outside the interval, not subtracted."""
+    from transformers import LogitsProcessorList
+
     prefill = _time(lambda: model(**model_inputs(model, batch)))
     if prompt is None:
         return prefill, None
     pad = model.config.pad_token_id if model.config.pad_token_id is not None else 0
-    start = _time(lambda: model(input_ids=prompt))
-    total = _time(lambda: model.generate(input_ids=prompt, attention_mask=prompt.new_ones(prompt.shape),
-                                         max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                                         use_cache=True, pad_token_id=pad))
-    return prefill, max(total - start, 1e-9)
+    clock = _StepClock()
+    model.generate(input_ids=prompt, attention_mask=prompt.new_ones(prompt.shape), max_new_tokens=new_tokens,
+                   min_new_tokens=new_tokens, do_sample=False, use_cache=True, pad_token_id=pad,
+                   logits_processor=LogitsProcessorList([clock]))
+    if len(clock.stamps) != new_tokens:  # generate stopped early or took another path: no decode figure
+        return prefill, None
+    return prefill, max(clock.stamps[-1] - clock.stamps[0], 1e-9)
+
+
+class _StepClock:
+    """A logits processor that changes nothing: generate calls it once per new token, right after that token's
+    forward (the first call follows the prompt's forward)."""
+
+    def __init__(self) -> None:
+        self.stamps: list[float] = []
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        self.stamps.append(time.perf_counter())
+        return scores
 
 
 def _alternated(model: Any, stack: Any, ids: list[int], part: str, batch: Any, prompt: Any, repeats: int,
@@ -106,9 +125,10 @@ def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: in
                  new_tokens: int = 16, longest: int | None = None) -> dict:
     """Parameters, weight bytes, prefill time per token, decode tokens/s and KV-cache bytes per token, original vs
     shortened (the blocks `ids` removed, or their `part` sub-layers), medians of alternated repeats. The decode's
-    prompt is the batch, cut so that prompt and new tokens fit in `longest` positions."""
+    prompt is the batch, cut so that prompt and new tokens fit in `longest` positions; its tokens/s counts the
+    new_tokens - 1 tokens after the first (which the prompt's forward gives), so it needs new_tokens >= 2."""
     room = batch.shape[1] if longest is None else min(batch.shape[1], longest - new_tokens)
-    prompt = batch[:, :room] if _decodes(model) and new_tokens > 0 and room > 0 else None
+    prompt = batch[:, :room] if _decodes(model) and new_tokens > 1 and room > 0 else None
     params = list(model.parameters())
     count, size = sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
     gone = [p for i in ids for p in stack.blocks[i].parameters()] if part == "block" else []
@@ -123,7 +143,8 @@ def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: in
         unmeasured = f"the KV cache and decoding were not measured: {first_line(exc)}"
     times = _alternated(model, stack, ids, part, batch, prompt, repeats, new_tokens)
     prefill = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
-    decoded = {k: [batch.shape[0] * new_tokens / t[1] for t in v if t[1] is not None] for k, v in times.items()}
+    steps = batch.shape[0] * (new_tokens - 1)  # tokens the timed decode steps produce (the first: the prefill's)
+    decoded = {k: [steps / t[1] for t in v if t[1] is not None] for k, v in times.items()}
     speed = {k: statistics.median(v) if v else None for k, v in decoded.items()}
     tokens = batch.numel()
     return {"parameters_original": count, "parameters_exported": kept_count, "parameter_ratio": kept_count / count,
