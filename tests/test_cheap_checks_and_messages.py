@@ -8,30 +8,25 @@ import os
 import subprocess
 import sys
 
-from typer.testing import CliRunner
+from .helpers import assert_error, invoke
 
-from layerprobe.cli import app
-
-from .helpers import assert_error
-
-runner = CliRunner()
 SMALL = ["--tokens", "64", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
 
 
 def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
     missing = tmp_path / "none.json"
-    result = runner.invoke(app, ["prune", "no-such-org/no-such-model", "--task", "squad", "--dataset", str(missing),
-                                 "--out", str(tmp_path / "r")])
+    result = invoke("prune", "no-such-org/no-such-model", "--task", "squad", "--dataset", str(missing),
+                    "--out", str(tmp_path / "r"))
     assert_error(result, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id, the hub is offline")
     assert f"(2) SQuAD file '{missing}' does not exist" in " ".join(result.output.split())
-    no_head = runner.invoke(app, ["prune", str(minilm_dir), "--task", "squad", "--dataset", str(missing),
-                                  "--out", str(tmp_path / "r")])
+    no_head = invoke("prune", str(minilm_dir), "--task", "squad", "--dataset", str(missing),
+                     "--out", str(tmp_path / "r"))
     assert_error(no_head, "was saved as BertModel (no QA head)")
     # an impossible option value is refused first, by the settings' own check; then every run problem at once
-    assert_error(runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"]),
+    assert_error(invoke("angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"),
                  "--tokens must be positive, got 0")
-    both = runner.invoke(app, ["angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "64",
-                               "--seq-len", "100000"])
+    both = invoke("angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "64",
+                  "--seq-len", "100000")
     assert_error(both, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id")
     assert not (tmp_path / "r").exists()
 
@@ -48,32 +43,32 @@ def test_the_offline_error_shows_the_command_that_runs(tmp_path):
 def test_dataset_default_from_environment_and_project(model_dirs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAYERPROBE_DATASET", "builtin")
-    result = runner.invoke(app, ["gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", "1", "--batches", "1",
-                                 "--seq-len", "16", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g")])
+    result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", "1", "--batches", "1",
+                    "--seq-len", "16", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g"))
     assert result.exit_code == 0, result.output
     monkeypatch.delenv("LAYERPROBE_DATASET")
     (tmp_path / "layerprobe.toml").write_text('dataset = "builtin"\n')
-    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "a")])
+    result = invoke("angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "a"))
     assert result.exit_code == 0, result.output
     (tmp_path / "layerprobe.toml").write_text('dataset = "c4"\n')
     monkeypatch.setenv("LAYERPROBE_DATASET", "builtin")  # the environment wins over the project file
-    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "b")])
+    result = invoke("angular", str(model_dirs["llama"]), *SMALL, "--out", str(tmp_path / "b"))
     assert result.exit_code == 0, result.output
 
 
 def test_seq_len_warning_only_for_what_was_asked(model_dirs, tmp_path):
     """The tiny models have 128 positions: the default 1024 is capped silently, an asked 1024 is named."""
     base = ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "256", "--batch-size", "2"]
-    quiet = runner.invoke(app, [*base, "--out", str(tmp_path / "q")])
+    quiet = invoke(*base, "--out", str(tmp_path / "q"))
     assert quiet.exit_code == 0 and "exceeds" not in quiet.output, quiet.output
-    asked = runner.invoke(app, [*base, "--seq-len", "1024", "--out", str(tmp_path / "a")])
+    asked = invoke(*base, "--seq-len", "1024", "--out", str(tmp_path / "a"))
     assert asked.exit_code == 0
     assert "--seq-len 1024 exceeds the model's 128 positions (max_position_embeddings); using 128" in " ".join(
         asked.output.split())
 
 
 def test_one_name_per_meaning_and_one_way_to_show_defaults():
-    helps = {c: " ".join(runner.invoke(app, [c, "--help"]).output.split())
+    helps = {c: " ".join(invoke(c, "--help").output.split())
              for c in ("angular", "prune", "gradnorm", "toy", "report", "compare", "merge", "demo", "export", "heal")}
     for command, text in helps.items():
         assert "[default:" not in text and "<bool>" not in text, command
@@ -81,17 +76,17 @@ def test_one_name_per_meaning_and_one_way_to_show_defaults():
     assert "--mix-alpha" in helps["toy"] and "--branch-scale" in helps["toy"] and "--alpha " not in helps["toy"]
     assert "--out" in helps["compare"] and "--output" not in helps["compare"]
     # the old spellings still work, hidden
-    assert_error(runner.invoke(app, ["gradnorm", "--arch", "tiny", "--alpha", "1.5", "--dataset", "builtin"]),
+    assert_error(invoke("gradnorm", "--arch", "tiny", "--alpha", "1.5", "--dataset", "builtin"),
                  "--mix-alpha must be within [0, 1], got 1.5")
-    assert_error(runner.invoke(app, ["gradnorm", "--arch", "tiny", "--mix-alpha", "1.5", "--dataset", "builtin"]),
+    assert_error(invoke("gradnorm", "--arch", "tiny", "--mix-alpha", "1.5", "--dataset", "builtin"),
                  "--mix-alpha must be within [0, 1], got 1.5")
 
 
 def test_report_markdown_has_no_entities_and_titles_no_local_paths(model_dirs, tmp_path):
     run = tmp_path / "runs" / "angular"
-    assert runner.invoke(app, ["angular", str(model_dirs["llama"]), *SMALL, "--dataset", "builtin",
-                               "--out", str(run)]).exit_code == 0
-    assert runner.invoke(app, ["report", str(tmp_path / "runs"), "--out", str(tmp_path / "page")]).exit_code == 0
+    assert invoke("angular", str(model_dirs["llama"]), *SMALL, "--dataset", "builtin",
+                  "--out", str(run)).exit_code == 0
+    assert invoke("report", str(tmp_path / "runs"), "--out", str(tmp_path / "page")).exit_code == 0
     markdown = (tmp_path / "page" / "report.md").read_text()
     assert "&#" not in markdown and "&amp;" not in markdown
     assert "Python's built-in documentation" in markdown

@@ -7,16 +7,12 @@ import shutil
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
-
-runner = CliRunner()
+from .helpers import invoke
 
 
 def run(*args):
-    result = runner.invoke(app, list(args))
-    return result
+    return invoke(*args)
 
 
 PHASES = ("loading ", "building lm-eval's task ", "converting ", "assembling ")  # progress.announce's lines

@@ -8,14 +8,10 @@ import json
 import pandas as pd
 import pytest
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
-
-from .helpers import assert_error, independent_pruned, reference_metric
+from .helpers import assert_error, independent_pruned, invoke, reference_metric
 from .test_prune_lmeval import hand_accuracy, task_dir  # noqa: F401  (a fixture)
 
-runner = CliRunner()
 DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
 
 
@@ -30,8 +26,8 @@ def ids(label: str) -> list[int]:
 
 def test_llama_kl_curve_against_hand_selection_and_independent_scores(model_dirs, tmp_path):
     folder, out = model_dirs["llama"], tmp_path / "curve"
-    result = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--max-removed", "3", *DATA,
-                                 "--greedy-ends", "allow", "--out", str(out)])
+    result = invoke("prune", str(folder), "--task", "kl", "--curve", "--max-removed", "3", *DATA,
+                    "--greedy-ends", "allow", "--out", str(out))
     assert result.exit_code == 0, result.output
     curve = pd.read_csv(out / "curve.csv")
     assert list(curve.columns[:8]) == ["strategy", "k", "fraction", "removed", "metric", "baseline", "score", "delta"]
@@ -73,11 +69,11 @@ def test_llama_kl_curve_against_hand_selection_and_independent_scores(model_dirs
 
 
 def test_minilm_drift_curve_with_an_angular_run_beside_it(minilm_dir, tmp_path):
-    angular = runner.invoke(app, ["angular", str(minilm_dir), *DATA, "--out", str(tmp_path / "angular")])
+    angular = invoke("angular", str(minilm_dir), *DATA, "--out", str(tmp_path / "angular"))
     assert angular.exit_code == 0, angular.output
     out = tmp_path / "curve-drift"
-    result = runner.invoke(app, ["prune", str(minilm_dir), "--task", "drift", "--curve", "--strategies",
-                                 "angular,last", "--max-removed", "2", *DATA, "--out", str(out)])
+    result = invoke("prune", str(minilm_dir), "--task", "drift", "--curve", "--strategies",
+                    "angular,last", "--max-removed", "2", *DATA, "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["angular_run"] == str(tmp_path / "angular") and not (out / "angular").exists()
@@ -91,8 +87,8 @@ def test_minilm_drift_curve_with_an_angular_run_beside_it(minilm_dir, tmp_path):
 
 def test_lmeval_curve_against_hand_scored_copies(model_dirs, task_dir, tmp_path):  # noqa: F811
     folder, out = model_dirs["llama"], tmp_path / "curve"
-    result = runner.invoke(app, ["prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
-                                 "--curve", "--strategies", "bi,last", "--max-removed", "2", *DATA, "--out", str(out)])
+    result = invoke("prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
+                    "--curve", "--strategies", "bi,last", "--max-removed", "2", *DATA, "--out", str(out))
     assert result.exit_code == 0, result.output
     curve = pd.read_csv(out / "curve.csv")
     tok = transformers.AutoTokenizer.from_pretrained(folder)
@@ -107,7 +103,7 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
     folder = model_dirs["gpt2"]
     args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "greedy,last", "--max-removed", "2",
             *DATA]
-    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    whole = invoke(*args, "--out", str(tmp_path / "whole"))
     assert whole.exit_code == 0, whole.output
     from layerprobe.commands.prune import curve as module
 
@@ -128,17 +124,17 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
 
     module.greedy_sets = cut
     try:
-        runner.invoke(app, config_args)
+        invoke(*config_args)
     finally:
         module.greedy_sets = original
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     assert len(state["greedy"]) == 1 and not (tmp_path / "cut" / "summary.json").exists()
-    resumed = runner.invoke(app, [*config_args, "--resume"])
+    resumed = invoke(*config_args, "--resume")
     assert resumed.exit_code == 0, resumed.output
     a, b = pd.read_csv(tmp_path / "whole" / "curve.csv"), pd.read_csv(tmp_path / "cut" / "curve.csv")
     assert a[["strategy", "k", "removed"]].equals(b[["strategy", "k", "removed"]])
     assert a["score"].to_numpy() == pytest.approx(b["score"].to_numpy(), rel=1e-9)
-    changed = runner.invoke(app, [*args[:-2], "8", "--out", str(tmp_path / "cut"), "--resume"])  # another batch size
+    changed = invoke(*args[:-2], "8", "--out", str(tmp_path / "cut"), "--resume")  # another batch size
     assert changed.exit_code == 2
 
 
@@ -151,20 +147,20 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
     (["--block", "2"], "drop --shard, --layers and --block"),
 ])
 def test_bad_curve_settings(args, needle, model_dirs, tmp_path):
-    result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", "--curve", *DATA, *args,
-                                 "--out", str(tmp_path / "x")])
+    result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", "--curve", *DATA, *args,
+                    "--out", str(tmp_path / "x"))
     assert_error(result, needle)
 
 
 def test_compare_judges_curve_scores(model_dirs, tmp_path):
     folder = model_dirs["llama"]
     args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "last", "--max-removed", "2", *DATA]
-    assert runner.invoke(app, [*args, "--out", str(tmp_path / "a")]).exit_code == 0
-    assert runner.invoke(app, [*args, "--out", str(tmp_path / "b")]).exit_code == 0
-    same = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert invoke(*args, "--out", str(tmp_path / "a")).exit_code == 0
+    assert invoke(*args, "--out", str(tmp_path / "b")).exit_code == 0
+    same = invoke("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert same.exit_code == 0, same.output
     curve = pd.read_csv(tmp_path / "b" / "curve.csv")
     curve.loc[1, "score"] = curve.loc[1, "score"] * 3  # k=2 of 'last' triples its perplexity
     curve.to_csv(tmp_path / "b" / "curve.csv", index=False)
-    worse = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    worse = invoke("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert worse.exit_code == 1 and "last k=2" in worse.output, worse.output

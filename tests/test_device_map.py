@@ -6,19 +6,16 @@ import json
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
-
-from layerprobe.cli import app
 
 from .helpers import SPLIT, assert_error
+from .helpers import invoke as cli
 
-runner = CliRunner()
 # Layers 1 and 2 live on disk and are loaded by accelerate's hooks at each forward: a real split with hooks.
 COMMON = ["--dataset", "builtin", "--tokens", 512, "--seq-len", 64, "--batch-size", 4]
 
 
 def invoke(*args):
-    result = runner.invoke(app, [str(a) for a in args])
+    result = cli(*args)
     return result, " ".join(result.output.split())
 
 

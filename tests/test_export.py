@@ -12,13 +12,9 @@ import sys
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
+from .helpers import assert_error, independent_pruned, invoke
 
-from .helpers import assert_error, independent_pruned
-
-runner = CliRunner()
 IDS = [[5, 17, 230, 41, 999, 12, 7, 88, 300, 2, 64, 9]]
 
 RELOAD = """
@@ -66,7 +62,7 @@ def kept_from_mergekit(text: str) -> list[int]:
 def test_export_reloads_without_layerprobe(arch, model_dirs, tokenizer, tmp_path):
     folder = gemma2_dir(tokenizer, tmp_path) if arch == "gemma2" else model_dirs[arch]
     out = tmp_path / "exported"
-    result = runner.invoke(app, ["export", str(folder), "--remove", "1-2", "--out", str(out), "--device", "cpu"])
+    result = invoke("export", str(folder), "--remove", "1-2", "--out", str(out), "--device", "cpu")
     assert result.exit_code == 0, result.output
     cls = "BertForMaskedLM" if arch == "bert" else transformers.AutoConfig.from_pretrained(folder).architectures[0]
     got, facts = reload_in_fresh_process(out, cls, tmp_path)
@@ -90,8 +86,8 @@ def test_export_attention_part_equals_hand_zeroed(model_dirs, tmp_path):
     from tests.helpers import zero_by_hand
 
     folder, out = model_dirs["llama"], tmp_path / "no-attn"
-    result = runner.invoke(app, ["export", str(folder), "--remove", "0,3", "--part", "attn", "--out", str(out),
-                                 "--device", "cpu"])
+    result = invoke("export", str(folder), "--remove", "0,3", "--part", "attn", "--out", str(out),
+                    "--device", "cpu")
     assert result.exit_code == 0, result.output
     got, facts = reload_in_fresh_process(out, "LlamaForCausalLM", tmp_path)
     assert facts["layers"] == 4
@@ -104,15 +100,15 @@ def test_export_attention_part_equals_hand_zeroed(model_dirs, tmp_path):
 def test_export_from_a_curve_run(model_dirs, tmp_path):
     folder = model_dirs["llama"]
     data = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "4"]
-    curve = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--strategies", "angular,last",
-                                "--max-removed", "2", *data, "--keep", "0.5", "--out", str(tmp_path / "curve")])
+    curve = invoke("prune", str(folder), "--task", "kl", "--curve", "--strategies", "angular,last",
+                   "--max-removed", "2", *data, "--keep", "0.5", "--out", str(tmp_path / "curve"))
     assert curve.exit_code == 0, curve.output
     import pandas as pd
 
     table = pd.read_csv(tmp_path / "curve" / "curve.csv")
     label = table[(table.strategy == "last") & (table.k == 2)]["removed"].iloc[0]
-    result = runner.invoke(app, ["export", "--from-curve", str(tmp_path / "curve"), "--strategy", "last", "--k", "2",
-                                 "--out", str(tmp_path / "x")])
+    result = invoke("export", "--from-curve", str(tmp_path / "curve"), "--strategy", "last", "--k", "2",
+                    "--out", str(tmp_path / "x"))
     assert result.exit_code == 0, result.output
     removal = json.loads((tmp_path / "x" / "layerprobe-removal.json").read_text())
     assert removal["removed_label"] == label == "2-3" and removal["source_model"] == str(folder)
@@ -127,7 +123,7 @@ def test_export_from_a_curve_run(model_dirs, tmp_path):
     (["--remove", "1", "--part", "ffn"], "Unknown --part 'ffn'"),
 ])
 def test_bad_export_input(args, needle, model_dirs, tmp_path):
-    result = runner.invoke(app, ["export", str(model_dirs["llama"]), *args, "--out", str(tmp_path / "x")])
+    result = invoke("export", str(model_dirs["llama"]), *args, "--out", str(tmp_path / "x"))
     assert_error(result, needle)
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x.partial"))
 
@@ -135,10 +131,10 @@ def test_bad_export_input(args, needle, model_dirs, tmp_path):
 def test_export_refuses_a_full_folder_and_bert_attn(model_dirs, tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "keep.txt").write_text("mine")
-    assert_error(runner.invoke(app, ["export", str(model_dirs["llama"]), "--remove", "1", "--out", str(tmp_path / "x")]),
+    assert_error(invoke("export", str(model_dirs["llama"]), "--remove", "1", "--out", str(tmp_path / "x")),
                  "exists and is not empty")
-    assert_error(runner.invoke(app, ["export", str(model_dirs["bert"]), "--remove", "1", "--part", "attn",
-                                     "--sublayer", "module", "--out", str(tmp_path / "y")]),
+    assert_error(invoke("export", str(model_dirs["bert"]), "--remove", "1", "--part", "attn",
+                        "--sublayer", "module", "--out", str(tmp_path / "y")),
                  "--part attn export: BertLayer has no output projection")
     assert not (tmp_path / "y").exists()
 
@@ -153,7 +149,7 @@ def test_export_post_ln_branch_equals_hand_zeroed(part, model_dirs, tmp_path):
     jitter_norms(transformers.BertForMaskedLM.from_pretrained(model_dirs["bert"])).save_pretrained(source)
     transformers.AutoTokenizer.from_pretrained(model_dirs["bert"]).save_pretrained(source)
     out = tmp_path / "no-sublayer"
-    result = runner.invoke(app, ["export", str(source), "--remove", "1", "--part", part, "--out", str(out)])
+    result = invoke("export", str(source), "--remove", "1", "--part", part, "--out", str(out))
     assert result.exit_code == 0, result.output
     got, facts = reload_in_fresh_process(out, "BertForMaskedLM", tmp_path)
     assert json.loads((out / "layerprobe-removal.json").read_text())["sublayer"] == "branch"

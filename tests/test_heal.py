@@ -6,13 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
+from .helpers import assert_error, independent_pruned, invoke, reference_metric
 
-from .helpers import assert_error, independent_pruned, reference_metric
-
-runner = CliRunner()
 DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
 
 
@@ -21,8 +17,8 @@ def test_greedy_keeps_the_first_and_last_block_unless_allowed(model_dirs, tmp_pa
     picks = {}
     for ends in ("allow", "keep"):
         out = tmp_path / ends
-        result = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--strategies", "greedy",
-                                     "--max-removed", "2", *DATA, "--greedy-ends", ends, "--out", str(out)])
+        result = invoke("prune", str(folder), "--task", "kl", "--curve", "--strategies", "greedy",
+                        "--max-removed", "2", *DATA, "--greedy-ends", ends, "--out", str(out))
         assert result.exit_code == 0, result.output
         picks[ends] = [int(v) for v in pd.read_csv(out / "curve.csv")["removed"].iloc[0].split(",")]
         assert __import__("json").loads((out / "summary.json").read_text())["greedy_ends"] == ends
@@ -30,8 +26,8 @@ def test_greedy_keeps_the_first_and_last_block_unless_allowed(model_dirs, tmp_pa
     full = cls.from_pretrained(folder).eval()
     values = {c: reference_metric("kl", full, independent_pruned(folder, cls, [c]), folder, 256, 32, 4) for c in (1, 2)}
     assert picks["keep"] == [min(values, key=values.get)]  # the best of the inner blocks, by a hand-written kl
-    refused = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--curve", "--strategies", "greedy",
-                                  "--max-removed", "3", *DATA, "--out", str(tmp_path / "x")])
+    refused = invoke("prune", str(folder), "--task", "kl", "--curve", "--strategies", "greedy",
+                     "--max-removed", "3", *DATA, "--out", str(tmp_path / "x"))
     assert_error(refused, "--greedy-ends keep never removes the first or the last")
 
 
@@ -78,7 +74,7 @@ HEAL = ["--remove", "1", "--dataset", "builtin", "--tokens", "256", "--seq-len",
 def healed(model_dirs, tmp_path_factory):
     """One lm healing of the tiny LLaMA without block 1, read by several tests."""
     out = tmp_path_factory.mktemp("heal") / "run"
-    result = runner.invoke(app, ["heal", str(model_dirs["llama"]), *HEAL, "--out", str(out)])
+    result = invoke("heal", str(model_dirs["llama"]), *HEAL, "--out", str(out))
     assert result.exit_code == 0, result.output
     return out
 
@@ -210,11 +206,11 @@ def test_distill_starts_at_prunes_kl_and_lowers_it(model_dirs, tmp_path):
     folder = model_dirs["llama"]
     out = tmp_path / "distill"
     args = [{"8": "4", "1e-2": "1e-3"}.get(a, a) for a in HEAL]
-    result = runner.invoke(app, ["heal", str(folder), *args, "--objective", "distill", "--out", str(out)])
+    result = invoke("heal", str(folder), *args, "--objective", "distill", "--out", str(out))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "heal.csv")
-    prune = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--layers", "1", *DATA, "--out",
-                                str(tmp_path / "kl")])
+    prune = invoke("prune", str(folder), "--task", "kl", "--layers", "1", *DATA, "--out",
+                   str(tmp_path / "kl"))
     assert prune.exit_code == 0, prune.output
     kl = pd.read_csv(tmp_path / "kl" / "prune.csv")["pruned"].iloc[0]
     assert table["heldout_kl"].iloc[0] == pytest.approx(kl, rel=1e-5)
@@ -256,7 +252,7 @@ def test_kill_then_resume_equals_an_uninterrupted_run(healed, model_dirs, tmp_pa
     assert done.returncode == -9, done.stderr
     assert (out / "pass.safetensors").is_file() and not (out / "summary.json").exists()
     assert len(pd.read_csv(out / "heal.csv")) == 5  # steps 0..4, saved with the state
-    result = runner.invoke(app, ["heal", str(model_dirs["llama"]), *HEAL, "--out", str(out), "--resume"])
+    result = invoke("heal", str(model_dirs["llama"]), *HEAL, "--out", str(out), "--resume")
     assert result.exit_code == 0, result.output
     pd.testing.assert_frame_equal(pd.read_csv(out / "heal.csv"), pd.read_csv(healed / "heal.csv"))
     a, b = load_file(out / "adapter" / "adapter_model.safetensors"), load_file(healed / "adapter" / "adapter_model.safetensors")
@@ -273,12 +269,12 @@ def test_heal_an_exported_folder_and_report_it(model_dirs, tmp_path):
     export(ExportConfig(model=ModelOptions(str(model_dirs["llama"])), remove="2", out=str(exported), verify=False,
                         timing_repeats=1, timing_new_tokens=1, timing_seq_len=8))
     args = [a for a in HEAL if a not in ("--remove", "1")]
-    result = runner.invoke(app, ["heal", str(exported), *[{"8": "2"}.get(a, a) for a in args], "--out", str(out)])
+    result = invoke("heal", str(exported), *[{"8": "2"}.get(a, a) for a in args], "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["removed_layers"] == [2] and summary["exported_from"] == str(exported)
     assert summary["num_layers"] == 4 and summary["num_layers_healed"] == 3  # healed from the export's source
-    report = runner.invoke(app, ["report", str(out), "--out", str(tmp_path)])
+    report = invoke("report", str(out), "--out", str(tmp_path))
     assert report.exit_code == 0, report.output
     assert "Healing the model without 2 (lm, 2 steps" in (tmp_path / "report.md").read_text()
 
@@ -291,14 +287,14 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     folder = model_dirs["llama"]
     args = ["prune", str(folder), "--task", "ppl", "--curve", "--strategies", "last", "--max-removed", "2", *DATA,
             "--heal-steps", "3", "--heal-lr", "1e-2"]
-    whole = runner.invoke(app, [*args, "--out", str(tmp_path / "whole")])
+    whole = invoke(*args, "--out", str(tmp_path / "whole"))
     assert whole.exit_code == 0, whole.output
     curve = pd.read_csv(tmp_path / "whole" / "curve.csv")
     assert curve["healed_score"].notna().all() and (curve["healed_score"] < curve["score"]).all()
     # the healed score of removing block 3 (last, k=1) is layerprobe heal's held-out ppl after the same healing
-    healed = runner.invoke(app, ["heal", "--from-curve", str(tmp_path / "whole"), "--strategy", "last", "--k", "1",
-                                 *DATA, "--steps", "3", "--lr", "1e-2", "--eval-every", "3", "--no-gain", "--out",
-                                 str(tmp_path / "heal")])
+    healed = invoke("heal", "--from-curve", str(tmp_path / "whole"), "--strategy", "last", "--k", "1",
+                    *DATA, "--steps", "3", "--lr", "1e-2", "--eval-every", "3", "--no-gain", "--out",
+                    str(tmp_path / "heal"))
     assert healed.exit_code == 0, healed.output
     summary = json.loads((tmp_path / "heal" / "summary.json").read_text())
     assert summary["removed_layers"] == [3] and summary["model"] == str(folder)
@@ -319,11 +315,11 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
 
     module.heal_sets = interrupted
     try:
-        runner.invoke(app, [*args, "--out", str(tmp_path / "cut")])
+        invoke(*args, "--out", str(tmp_path / "cut"))
     finally:
         module.heal_sets = original
     assert len(json.loads((tmp_path / "cut" / "state.json").read_text())["healed"]) == 1
-    resumed = runner.invoke(app, [*args, "--out", str(tmp_path / "cut"), "--resume"])
+    resumed = invoke(*args, "--out", str(tmp_path / "cut"), "--resume")
     assert resumed.exit_code == 0, resumed.output
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cut" / "curve.csv"), curve)
 
@@ -336,5 +332,5 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     ([], "heal takes one of --remove 20-27, --from-curve RUN or an exported folder"),
 ])
 def test_bad_heal_input(args, needle, model_dirs, tmp_path):
-    result = runner.invoke(app, ["heal", str(model_dirs["llama"]), *DATA, *args, "--out", str(tmp_path / "x")])
+    result = invoke("heal", str(model_dirs["llama"]), *DATA, *args, "--out", str(tmp_path / "x"))
     assert_error(result, needle)

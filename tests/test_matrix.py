@@ -15,15 +15,12 @@ import pandas as pd
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 
-from .helpers import assert_error, independent_pruned, reference_metric
+from .helpers import assert_error, independent_pruned, invoke, reference_metric
 
-runner = CliRunner()
 DATA = ["--dataset", "builtin", "--tokens", "96", "--seq-len", "24", "--batch-size", "2", "--device", "cpu"]
 DEC = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
            max_position_embeddings=128)
@@ -205,7 +202,7 @@ MOE = {"qwen2_moe", "qwen3_moe", "mixtral", "deepseek_v3", "gpt_oss"}  # router 
 def check_family(folder, kind, cls, tmp_path, name="") -> None:
     metric = "kl" if kind == "causal" else "drift"
     # angular, against HF's hidden states
-    result = runner.invoke(app, ["angular", str(folder), *DATA, "--out", str(tmp_path / "angular")])
+    result = invoke("angular", str(folder), *DATA, "--out", str(tmp_path / "angular"))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(tmp_path / "angular" / "angular.csv")
     one = table[table["n"] == 1].sort_values("layer")["distance"].to_numpy()
@@ -222,7 +219,7 @@ def check_family(folder, kind, cls, tmp_path, name="") -> None:
     else:
         assert layers["router_entropy"].isna().all()
     # prune: every layer, against an independently shortened copy
-    result = runner.invoke(app, ["prune", str(folder), "--task", metric, *DATA, "--out", str(tmp_path / "prune")])
+    result = invoke("prune", str(folder), "--task", metric, *DATA, "--out", str(tmp_path / "prune"))
     assert result.exit_code == 0, result.output
     pruned = pd.read_csv(tmp_path / "prune" / "prune.csv")
     full = (transformers.AutoModel if kind == "encoder" else cls).from_pretrained(folder).eval()
@@ -231,16 +228,15 @@ def check_family(folder, kind, cls, tmp_path, name="") -> None:
         want = reference_metric(metric, full, independent_pruned(folder, head, [layer]), folder, 96, 24, 2)
         got = float(pruned[pruned["layer"] == layer]["pruned"].iloc[0])
         assert got == pytest.approx(want, rel=1e-4, abs=2e-6), (layer, got, want)
-    result = runner.invoke(app, ["prune", str(folder), "--task", metric, "--block", "2", *DATA,
-                                 "--out", str(tmp_path / "block")])
+    result = invoke("prune", str(folder), "--task", metric, "--block", "2", *DATA,
+                    "--out", str(tmp_path / "block"))
     assert result.exit_code == 0, result.output
     assert pd.read_csv(tmp_path / "block" / "prune.csv")["removed"].tolist() == ["0-1", "1-2", "2-3"]
-    result = runner.invoke(app, ["gradnorm", str(folder), "--reinit", "--seeds", "1", "--batches", "1", *DATA[:2],
-                                 "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
-                                 "--out", str(tmp_path / "gradnorm")])
+    result = invoke("gradnorm", str(folder), "--reinit", "--seeds", "1", "--batches", "1", *DATA[:2],
+                    "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+                    "--out", str(tmp_path / "gradnorm"))
     assert result.exit_code == 0, result.output
     assert set(pd.read_csv(tmp_path / "gradnorm" / "gradnorm.csv")["layer"]) == {0, 1, 2, 3}
-
 
 
 def hf_forward(model, batch, seq2seq: bool, **extra):
@@ -350,7 +346,7 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
     for stack, path, key in runs:
         flags = ["--stack", stack] if stack else []
         out = tmp_path / f"angular-{stack}"
-        result = runner.invoke(app, ["angular", str(folder), *flags, *DATA, "--out", str(out)])
+        result = invoke("angular", str(folder), *flags, *DATA, "--out", str(out))
         assert result.exit_code == 0, result.output
         one = pd.read_csv(out / "angular.csv").query("n == 1").sort_values("layer")["distance"].to_numpy()
         expected = hf_next_distance(folder, cls, key)
@@ -365,7 +361,7 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
             np.testing.assert_allclose(moe["router_entropy"], entropy, rtol=1e-6)
             np.testing.assert_allclose(moe["expert_load"], load, rtol=1e-6)
         out = tmp_path / f"prune-{stack}"
-        result = runner.invoke(app, ["prune", str(folder), *flags, "--task", "kl", *DATA, "--out", str(out)])
+        result = invoke("prune", str(folder), *flags, "--task", "kl", *DATA, "--out", str(out))
         assert result.exit_code == 0, result.output
         pruned = pd.read_csv(out / "prune.csv")
         full = cls.from_pretrained(folder, dtype=torch.float32).eval()
@@ -373,30 +369,30 @@ def check_stacked(name, folder, cls, runs, tmp_path) -> str:
             want = kl_reference(folder, full, cut(folder, cls, path, [layer]))
             got = float(pruned[pruned["layer"] == layer]["pruned"].iloc[0])
             assert got == pytest.approx(want, rel=1e-4, abs=2e-6), (stack, layer, got, want)
-        result = runner.invoke(app, ["prune", str(folder), *flags, "--task", "kl", "--block", "2", *DATA,
-                                     "--out", str(tmp_path / f"block-{stack}")])
+        result = invoke("prune", str(folder), *flags, "--task", "kl", "--block", "2", *DATA,
+                        "--out", str(tmp_path / f"block-{stack}"))
         assert result.exit_code == 0, result.output
-        result = runner.invoke(app, ["gradnorm", str(folder), *flags, "--reinit", "--seeds", "1", "--batches", "1",
-                                     *DATA[:2], "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
-                                     "--out", str(tmp_path / f"gradnorm-{stack}")])
+        result = invoke("gradnorm", str(folder), *flags, "--reinit", "--seeds", "1", "--batches", "1",
+                        *DATA[:2], "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+                        "--out", str(tmp_path / f"gradnorm-{stack}"))
         assert result.exit_code == 0, result.output
         assert set(pd.read_csv(tmp_path / f"gradnorm-{stack}" / "gradnorm.csv")["layer"]) == {0, 1, 2, 3}
     if name == "t5":  # a language-model metric on an encoder-decoder: the user picks the stack
-        result = runner.invoke(app, ["prune", str(folder), "--task", "kl", *DATA, "--out", str(tmp_path / "which")])
+        result = invoke("prune", str(folder), "--task", "kl", *DATA, "--out", str(tmp_path / "which"))
         assert_error(result, "pass --stack decoder or --stack encoder")
         return ("--stack encoder (default for angular and drift) or --stack decoder, the decoder reading the input "
                 "tokens; block 0 computes the position bias the others receive, so removals of block 0 are scored "
                 "by a full forward (no shared prefix)")
     if name in ("llava", "qwen2_vl"):
-        result = runner.invoke(app, ["angular", str(folder), "--stack", "vision", *DATA, "--out", str(tmp_path / "v")])
+        result = invoke("angular", str(folder), "--stack", "vision", *DATA, "--out", str(tmp_path / "v"))
         assert_error(result, "runs on images")
         return "the language tower (default --stack language) on text-only input"
     if name == "jamba":  # its config derives each layer's kind from periods: only whole periods can be exported
-        result = runner.invoke(app, ["export", str(folder), "--remove", "2", "--device", "cpu",
-                                     "--out", str(tmp_path / "export-2")])
+        result = invoke("export", str(folder), "--remove", "2", "--device", "cpu",
+                        "--out", str(tmp_path / "export-2"))
         assert_error(result, "derives each layer's kind from attn_layer_offset")
-        result = runner.invoke(app, ["export", str(folder), "--remove", "2-3", "--device", "cpu",
-                                     "--out", str(tmp_path / "export-23")])
+        result = invoke("export", str(folder), "--remove", "2-3", "--device", "cpu",
+                        "--out", str(tmp_path / "export-23"))
         assert result.exit_code == 0, result.output
         assert transformers.AutoConfig.from_pretrained(tmp_path / "export-23").layers_block_type == ["mamba", "attention"]
     how = {"jamba": "attention / mamba layers", "qwen3_next": "linear (Gated DeltaNet) / full attention layers",

@@ -16,9 +16,7 @@ import pandas as pd
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions, MonitorSettings
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
@@ -27,11 +25,10 @@ from layerprobe.integrations import LayerMonitor, LayerprobeCallback
 from layerprobe.integrations.outputs import crossover_step
 from layerprobe.settings import Mark, mark_of, walk
 from tests.conftest import tiny_config
-from tests.helpers import hf_next_distances
+from tests.helpers import hf_next_distances, invoke
 
 PROBE = dict(dataset="builtin", tokens=256, seq_len=32, batch_size=4)
 KEYS = ("angular", "block_influence", "grad_norm", "norm", "variance")
-runner = CliRunner()
 
 
 def _model(tok, seed: int = 0):
@@ -225,11 +222,11 @@ def test_crossover_step_by_hand():
 
 def test_report_and_compare_accept_a_monitor_run(trained, tmp_path):
     folder = trained[2].run.folder
-    result = runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / "report")])
+    result = invoke("report", str(folder), "--out", str(tmp_path / "report"))
     assert result.exit_code == 0, result.output
     page = (tmp_path / "report" / "report.md").read_text()
     assert "During training" in page and "deep third's mean d(l, 1)" in page
-    result = runner.invoke(app, ["compare", str(folder), str(folder)])
+    result = invoke("compare", str(folder), str(folder))
     assert result.exit_code == 0 and "monitor d(l,1)" in result.output, result.output
     changed = tmp_path / "changed"
     changed.mkdir()
@@ -238,7 +235,7 @@ def test_report_and_compare_accept_a_monitor_run(trained, tmp_path):
     table = pd.read_csv(changed / "monitor.csv")
     table.loc[(table["step"] == 4) & (table["layer"] == 2), "distance_next"] += 0.1
     table.to_csv(changed / "monitor.csv", index=False)
-    result = runner.invoke(app, ["compare", str(folder), str(changed)])
+    result = invoke("compare", str(folder), str(changed))
     assert result.exit_code == 1 and "step 4 layer 2" in result.output, result.output
 
 

