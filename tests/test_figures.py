@@ -175,3 +175,16 @@ def test_a_curve_of_a_zero_baseline_draws_no_unpruned_line_and_keeps_its_legend_
     accuracy = table.assign(score=[0.6, 0.5, 0.3], metric="acc")
     labels = [t.get_text() for t in curve_plot(accuracy, "acc", 0.62, 0.25, 0.589, "t").legends[0].get_texts()]
     assert "unpruned (0.62)" in labels and "chance (0.25)" in labels
+
+
+def test_the_heal_figure_marks_where_healing_starts_and_the_unpruned_models_ppl():
+    from layerprobe.plots.heal import heal_plot
+
+    table = pd.DataFrame({"step": [0, 1, 2], "loss": [None, 3.0, 2.5], "lr": [0.0, 1e-4, 1e-4],
+                          "heldout_ppl": [47.0, None, 21.0], "heldout_kl": [0.9, None, 0.7]})  # as heal.csv
+    _, ppl_ax, kl_ax = heal_plot(table, "t", unpruned_ppl=19.2).axes
+    flat = {line.get_label(): line.get_ydata()[0] for line in ppl_ax.lines}
+    assert flat["before healing"] == 47.0 and flat["unpruned model"] == 19.2
+    assert ppl_ax.get_ylim()[0] < 19.2  # the floor is inside the panel
+    assert "unpruned model" not in [line.get_label() for line in kl_ax.lines]  # the kl's floor is 0 by definition
+    assert "unpruned model" not in [line.get_label() for line in heal_plot(table, "t").axes[1].lines]

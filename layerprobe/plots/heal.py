@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def heal_plot(table: Any, title: str) -> Any:
-    """table: heal.csv (step, loss, lr, heldout_ppl, heldout_kl); NaN where a step was not scored."""
+def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
+    """table: heal.csv (step, loss, lr, heldout_ppl, heldout_kl); NaN where a step was not scored. unpruned_ppl:
+    the unpruned model's held-out ppl, drawn as the ppl panel's floor (the kl panel's is 0 by definition)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(9.6, 3.6))
@@ -20,6 +21,8 @@ def heal_plot(table: Any, title: str) -> Any:
         ax.plot(scored["step"], scored[column], color=colour, marker="o", markersize=3, linewidth=1.2)
         if len(scored):
             ax.axhline(scored[column].iloc[0], color="black", linestyle=":", linewidth=0.8, label="before healing")
+            if column == "heldout_ppl" and unpruned_ppl is not None:
+                ax.axhline(unpruned_ppl, color="grey", linestyle="--", linewidth=0.8, label="unpruned model")
             ax.legend(fontsize=7)
         ax.set_title(name, fontsize=9)
     for ax in (loss_ax, ppl_ax, kl_ax):

@@ -125,7 +125,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     summary = heal_summary(config, probe, facts, ids, targets, data, saved, seconds, folder)
     title = (f"{model_label(spec)} without {summary['removed']} ({len(ids)} of {len(probe.stack)} layers removed): "
              f"{config.objective} healing, {config.steps} steps")
-    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": heal_plot(table, title)},
+    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": heal_plot(table, title, summary.get("heldout_unpruned_ppl"))},
                        summary=summary, config=config, started=started, seconds=seconds, facts=facts,
                        formats=config.formats, warnings=probe.warnings)
     checkpoint.clear()
