@@ -302,10 +302,14 @@ def toy_findings(run: Run) -> list[str]:
 
 def heal_findings(run: Run) -> list[str]:
     s = run.summary
-    before, after = s["heldout_before"], s["heldout_after"]
+    before, after, unpruned = s["heldout_before"], s["heldout_after"], s.get("heldout_unpruned_ppl")
+    won = ""
+    if unpruned is not None and before["ppl"] > unpruned:  # the share of the removal's ppl cost won back
+        won = (f" (the unpruned model's: {unpruned:.4g}; {(before['ppl'] - after['ppl']) / (before['ppl'] - unpruned):.0%}"
+               " of the removal's cost won back)")
     return [f"Healing the model without {s['removed']} ({s['objective']}, {s['steps']} steps, LoRA rank "
-            f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g} and the kl to "
-            f"the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
+            f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
+            f"to the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
 
 
 def describe(run: Run) -> list[tuple[str, Any]]:

@@ -72,3 +72,14 @@ def test_a_healed_curve_is_read_against_the_unpruned_model_healed_alike():
     assert "angular healed (20 LoRA steps): without 2 layers ppl 30 -> 17, against 14.5 for the unpruned" in text
     summary["heal_steps"] = 0  # not healed: no such sentence
     assert "healed" not in " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
+
+
+def test_a_heal_says_what_share_of_the_removals_ppl_cost_it_won_back():
+    from layerprobe.report.findings import heal_findings
+
+    summary = {"removed": "12-18", "objective": "lm", "steps": 200, "lora_rank": 8, "heldout_unpruned_ppl": 20.0,
+               "heldout_before": {"ppl": 60.0, "kl": 0.9}, "heldout_after": {"ppl": 30.0, "kl": 0.7}}
+    (text,) = heal_findings(Run(Path("."), "heal", summary, {}, {}))
+    assert "from 60 to 30 (the unpruned model's: 20; 75% of the removal's cost won back)" in text  # 30 / 40
+    del summary["heldout_unpruned_ppl"]  # an older record: the sentence without the share
+    assert "won back" not in heal_findings(Run(Path("."), "heal", summary, {}, {}))[0]
