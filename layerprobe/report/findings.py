@@ -305,8 +305,8 @@ def heal_findings(run: Run) -> list[str]:
     before, after, unpruned = s["heldout_before"], s["heldout_after"], s.get("heldout_unpruned_ppl")
     won = ""
     if unpruned is not None and before["ppl"] > unpruned:  # the share of the removal's ppl cost won back
-        won = (f" (the unpruned model's: {unpruned:.4g}; {(before['ppl'] - after['ppl']) / (before['ppl'] - unpruned):.0%}"
-               " of the removal's cost won back)")
+        share = (before["ppl"] - after["ppl"]) / (before["ppl"] - unpruned)
+        won = f" (the unpruned model's: {unpruned:.4g}; {share:.0%} of the removal's cost won back)"
     return [f"Healing the model without {s['removed']} ({s['objective']}, {s['steps']} steps, LoRA rank "
             f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
             f"to the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
