@@ -41,7 +41,7 @@ def test_cached_and_direct_gguf_give_the_same_numbers_and_the_cache_is_reused(ca
         result = invoke("angular", "smollm2", *COMMON, "--lens-tokens", 16, "--out", tmp_path / name, *extra)
         timings[name] = time.perf_counter() - start
         assert result.exit_code == 0, result.output
-        # a first conversion (a minute or more) is announced; a cached load is not a conversion
+        # a first conversion (tens of seconds or more) is announced; a cached load is not a conversion
         assert ("converting SmolLM2-135M-Instruct.Q4_1.gguf" in result.output) == (name == "first"), result.output
     print(f"\nSmolLM2 angular at 256 tokens, wall: {', '.join(f'{k} {v:.1f} s' for k, v in timings.items())}")
     folders = list(cache_root().iterdir())

@@ -160,12 +160,10 @@ def read_header(path: Path) -> GGUFSource:
     if info.is_file():
         known = _read_info(info.parent)
         return GGUFSource(path, sha256, known["architecture"], known["quantization"])
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError("Reading GGUF checkpoints needs the gguf package: run `pip install 'layerprobe[gguf]'`.")
     try:
-        import gguf
-    except ImportError:
-        raise ModelLoadError("Reading GGUF checkpoints needs the gguf package: run `pip install 'layerprobe[gguf]'`.") from None
-    try:
-        reader = gguf.GGUFReader(str(path))
+        reader = _reader(path)
         field = reader.fields["general.architecture"]
         architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
         types = sorted({t.tensor_type.name for t in reader.tensors})
@@ -180,27 +178,42 @@ def cache_root() -> Path:
     return Path(base) / "layerprobe" / "gguf"
 
 
+_PARSED: dict[tuple, Any] = {}  # the last GGUF file parsed, by (path, size, mtime): its reader, until converted
+
+
+def _reader(path: Path | str, plain: Any = None) -> Any:
+    """gguf's reader of `path`, parsed once per process until the conversion ends: a first use parses the header for
+    its architecture (read_header), then transformers for its config, tokenizer and weights (_parsed_once)."""
+    if plain is None:
+        import gguf
+
+        plain = gguf.GGUFReader
+    stat = os.stat(path)
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _PARSED:
+        _PARSED.clear()  # one file at a time: a reader holds its parsed header (seconds to build, megabytes)
+        _PARSED[key] = plain(str(path))
+    return _PARSED[key]
+
+
 @contextlib.contextmanager
 def _parsed_once() -> Iterator[None]:
-    """transformers parses a GGUF file's header anew for its config, its tokenizer and its weights (four times in
-    one conversion; 15 s each for Gemma 3's 262K-token vocabulary on 2 cores): within this block each file is
-    parsed once and its reader shared, read only. The reader is gguf.GGUFReader, looked up by transformers at call
-    time (layerprobe/internals.py)."""
+    """transformers parses a GGUF file's header anew for its config, its tokenizer and its weights (15 s each for
+    Gemma 3's 262K-token vocabulary on 2 cores): within this block it gets the reader _reader already holds, read
+    only. The reader is gguf.GGUFReader, looked up by transformers at call time (layerprobe/internals.py)."""
     import gguf
 
-    plain, readers = gguf.GGUFReader, {}
+    plain = gguf.GGUFReader
 
     def reader(path: Any, mode: str = "r") -> Any:
-        key = (os.path.realpath(path), mode)
-        if key not in readers:
-            readers[key] = plain(path, mode)
-        return readers[key]
+        return _reader(path, plain) if mode == "r" else plain(path, mode)
 
     gguf.GGUFReader = reader
     try:
         yield
     finally:
         gguf.GGUFReader = plain
+        _PARSED.clear()
 
 
 def _convert(source: GGUFSource, target: Path) -> None:
@@ -258,8 +271,8 @@ def cached_folder(source: GGUFSource) -> Path:
         raise ModelLoadError(f"The GGUF cache '{root}' cannot be created ({exc.strerror}): set XDG_CACHE_HOME to a "
                              "writable folder, or pass --no-cache.") from None
     scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))  # invisible until renamed
-    announce(f"converting {source.path.name} to safetensors in {root} (first use of this file: a minute or more; "
-             "later loads take seconds)")
+    announce(f"converting {source.path.name} to safetensors in {root} (first use of this file: tens of seconds or "
+             "more; later loads take seconds)")
     try:
         _convert(source, scratch)
         try:
@@ -330,8 +343,11 @@ def load_gguf(path: Path, use_cache: bool = True) -> tuple[str, str | None, GGUF
     """(where transformers should load from, the gguf_file argument or None, the source): the cache folder, or
     with use_cache off the GGUF itself (dequantized again on every load)."""
     source = read_header(path)
-    if use_cache:
-        return str(cached_folder(source)), None, source
-    return str(path.parent), path.name, source
+    try:
+        if use_cache:
+            return str(cached_folder(source)), None, source
+        return str(path.parent), path.name, source
+    finally:
+        _PARSED.clear()  # converted, or loaded by transformers itself: the parsed header is not needed again
 
 
