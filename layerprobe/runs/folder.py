@@ -104,7 +104,7 @@ def take_lock(lock: Path) -> bool:
         with _one_at_a_time(lock.parent):
             for _ in range(2):
                 try:
-                    os.link(tmp, lock)
+                    _create(tmp, lock, me)
                     return True
                 except FileExistsError:
                     owner = _owner(lock)
@@ -114,6 +114,19 @@ def take_lock(lock: Path) -> bool:
             return False
     finally:
         Path(tmp).unlink(missing_ok=True)
+
+
+def _create(tmp: str, lock: Path, text: str) -> None:
+    """`lock` appears holding `text`: a hard link to the written `tmp`, or where the file system has no hard links
+    (FAT, some network and FUSE mounts) an exclusive create and a write. FileExistsError: it exists."""
+    try:
+        os.link(tmp, lock)
+    except FileExistsError:
+        raise
+    except OSError:
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text + "\n")
 
 
 @contextlib.contextmanager

@@ -39,3 +39,17 @@ def test_one_winner_for_a_stale_lock(tmp_path):
         lock.write_text(ABANDONED + "\n")  # an unfinished run's folder: free to take over, by one process only
         assert _contend(lock) == 1, round_
     assert not [p for p in tmp_path.iterdir() if not p.name.endswith(".lock")]  # no helper file left behind
+
+
+def test_a_file_system_without_hard_links_still_locks(tmp_path, monkeypatch):
+    import os
+    import socket
+
+    def no_links(source, target):
+        raise PermissionError(1, "Operation not permitted")  # what FAT and some FUSE mounts answer
+
+    monkeypatch.setattr(os, "link", no_links)
+    lock = tmp_path / "run.lock"
+    assert take_lock(lock) and lock.read_text() == f"{os.getpid()}@{socket.gethostname()}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["run.lock"]  # the temp file is gone
+    assert _contend(tmp_path / "other.lock") == 1  # still one winner
