@@ -294,4 +294,4 @@ def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(m
     pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"))
     for run in (whole, resumed):  # a finished run keeps its baseline, not the pass's answers
         state = json.loads((run.folder / "state.json").read_text())
-        assert "shared_pass" not in state and state["baseline"]
+        assert "shared_pass" not in state and state["baseline"] and state["shared_prefix"]["batch_size"]

@@ -94,6 +94,10 @@ class _StepClock:
         self.stamps: list[float] = []
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if scores.is_cuda:  # the step's kernels are queued, not done: wait for them (each step waits anyway)
+            import torch
+
+            torch.cuda.synchronize(scores.device)
         self.stamps.append(time.perf_counter())
         return scores
 
@@ -142,6 +146,9 @@ def measure_gain(model: Any, stack: Any, ids: list[int], batch: Any, repeats: in
         kv_original = kv_exported = prompt = None  # no cache, no decode timing: said in the record, not guessed
         unmeasured = f"the KV cache and decoding were not measured: {first_line(exc)}"
     times = _alternated(model, stack, ids, part, batch, prompt, repeats, new_tokens)
+    if prompt is not None and not any(t[1] for v in times.values() for t in v):
+        unmeasured = unmeasured or ("decoding was not measured: generate did not decode the asked tokens one step "
+                                    "at a time (assisted decoding, stop strings, or its own generate)")
     prefill = {k: statistics.median(t[0] for t in v) for k, v in times.items()}
     steps = batch.shape[0] * (new_tokens - 1)  # tokens the timed decode steps produce (the first: the prefill's)
     decoded = {k: [steps / t[1] for t in v if t[1] is not None] for k, v in times.items()}

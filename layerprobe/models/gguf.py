@@ -168,6 +168,7 @@ def read_header(path: Path) -> GGUFSource:
         architecture = bytes(field.parts[field.data[0]]).decode("utf-8")
         types = sorted({t.tensor_type.name for t in reader.tensors})
     except Exception as exc:  # numpy's memmap and gguf's parser raise their own types on a cut-off file
+        _PARSED.clear()
         raise ModelLoadError(f"GGUF file '{path}' is truncated or corrupt ({first_line(exc)}): download it again.") from None
     return GGUFSource(path, sha256, architecture, "+".join(types))
 
@@ -178,7 +179,7 @@ def cache_root() -> Path:
     return Path(base) / "layerprobe" / "gguf"
 
 
-_PARSED: dict[tuple, Any] = {}  # the last GGUF file parsed, by (path, size, mtime): its reader, until converted
+_PARSED: dict[tuple, Any] = {}  # the last GGUF file parsed, by its path and stat: its reader, until loaded
 
 
 def _reader(path: Path | str, plain: Any = None) -> Any:
@@ -189,7 +190,7 @@ def _reader(path: Path | str, plain: Any = None) -> Any:
 
         plain = gguf.GGUFReader
     stat = os.stat(path)
-    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+    key = (os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
     if key not in _PARSED:
         _PARSED.clear()  # one file at a time: a reader holds its parsed header (seconds to build, ~0.7 GB for Gemma 3)
         _PARSED[key] = plain(str(path))
@@ -342,8 +343,8 @@ def resolve_gguf(spec: str, gguf_file: str | None, revision: str | None) -> Path
 def load_gguf(path: Path, use_cache: bool = True) -> tuple[str, str | None, GGUFSource]:
     """(where transformers should load from, the gguf_file argument or None, the source): the cache folder, or
     with use_cache off the GGUF itself (dequantized again on every load)."""
-    source = read_header(path)
     try:
+        source = read_header(path)
         if use_cache:
             return str(cached_folder(source)), None, source
         return str(path.parent), path.name, source

@@ -98,8 +98,8 @@ def take_lock(lock: Path) -> bool:
     me = f"{os.getpid()}@{socket.gethostname()}"
     fd, tmp = tempfile.mkstemp(dir=lock.parent, prefix=f"{lock.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)
             handle.write(me + "\n")
         with _one_at_a_time(lock.parent):
             for _ in range(2):
@@ -119,14 +119,22 @@ def take_lock(lock: Path) -> bool:
 def _create(tmp: str, lock: Path, text: str) -> None:
     """`lock` appears holding `text`: a hard link to the written `tmp`, or where the file system has no hard links
     (FAT, some network and FUSE mounts) an exclusive create and a write. FileExistsError: it exists."""
+    import errno
+
     try:
         os.link(tmp, lock)
     except FileExistsError:
         raise
-    except OSError:
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV, errno.EMLINK, errno.ENOENT):
+            raise
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text + "\n")
+        try:
+            with os.fdopen(fd, "w") as handle:
+                handle.write(text + "\n")
+        except BaseException:
+            lock.unlink(missing_ok=True)  # never an empty lock left behind
+            raise
 
 
 @contextlib.contextmanager
@@ -238,9 +246,6 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
         raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
     if path.exists() and not path.is_dir():
         raise RunError(f"--out '{out}' is a file: pass a folder path.")
-    if resume:
-        for leftover in path.glob(".*.tmp"):  # a write a kill cut short: never read, removed
-            leftover.unlink(missing_ok=True)
     try:
         for _ in range(100):
             if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
@@ -249,6 +254,10 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path):
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
+                if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
+                    for leftover in path.glob(".*.tmp"):
+                        if not leftover.name.startswith(LOCK + "."):  # a contender's lock, being taken now
+                            leftover.unlink(missing_ok=True)
                 return path
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "

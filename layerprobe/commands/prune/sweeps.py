@@ -242,8 +242,6 @@ class HarnessSweep:
             select(None)
             harness.evaluate(lm)
         baseline = evaluate_variants(harness.evaluate, lm, job, select)
-        if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)
-            ledger.save_state()  # are no longer needed to resume
         if shared and "generate_until" in harness.output_types:
             job.warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood "
                                 "requests shared the prefix.")
@@ -252,6 +250,8 @@ class HarnessSweep:
             if lm.chosen["batch_size"] < lm.chosen["asked"]:
                 job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
                                     f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
+        if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)
+            ledger.save_state()  # are no longer needed to resume; the batch it chose is kept
         metric = check_metric(config.metric, list(baseline))
         return bool(harness.higher_is_better().get(metric.split("[")[0], True))
 
