@@ -67,7 +67,7 @@ def _owner(lock: Path) -> str | None:
 
 
 def _claim(path: Path) -> bool:
-    """Take the folder's lock atomically (O_EXCL); a stale lock is taken over. False: a live process holds it."""
+    """Take the folder's lock (take_lock); a stale lock is taken over. False: a live process holds it."""
     if take_lock(path / LOCK):
         _held.add(path)
         return True
@@ -96,11 +96,8 @@ def take_lock(lock: Path) -> bool:
     import socket
 
     me = f"{os.getpid()}@{socket.gethostname()}"
-    fd, tmp = tempfile.mkstemp(dir=lock.parent, prefix=f"{lock.name}.", suffix=".tmp")
+    tmp = _temp_file(lock, (me + "\n").encode())
     try:
-        with os.fdopen(fd, "w") as handle:
-            os.fchmod(handle.fileno(), FILE_MODE)
-            handle.write(me + "\n")
         with _one_at_a_time(lock.parent):
             for _ in range(2):
                 try:
@@ -123,11 +120,9 @@ def _create(tmp: str, lock: Path, text: str) -> None:
 
     try:
         os.link(tmp, lock)
-    except FileExistsError:
-        raise
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOSYS, errno.EXDEV, errno.EMLINK, errno.ENOENT):
-            raise
+            raise  # FileExistsError (EEXIST) among them
         fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, FILE_MODE)
         try:
             with os.fdopen(fd, "w") as handle:
@@ -269,18 +264,29 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                        "writable folder.") from None
 
 
+def _temp_file(beside: Path, data: bytes) -> str:
+    """A hidden temp file next to `beside` ('.<name>.<random>.tmp', in the same folder) holding `data` on disk, with
+    the mode open() would give; removed again if writing it fails. Its path."""
+    fd, tmp = tempfile.mkstemp(dir=beside.parent, prefix=f".{beside.name.lstrip('.')}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), FILE_MODE)  # mkstemp makes 0600 whatever the umask
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file in the same folder and rename: readers see the old file or the new one. A full disk or
     a folder that became unwritable is a RunError naming the file (the temp file is removed, the old file kept)."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.fchmod(fd, FILE_MODE)  # mkstemp makes 0600 whatever the umask
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        tmp = _temp_file(path, data)
         os.replace(tmp, path)
     except OSError as exc:
         if tmp is not None:
