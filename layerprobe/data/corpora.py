@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from layerprobe.errors import DatasetError, HubDatasetUnavailable
+from layerprobe.hub import hub_problem
 
 BUILTIN_ALIASES = ("builtin", "pydoc")
 C4 = ("allenai/c4", "en", "validation")
@@ -36,10 +36,6 @@ class Corpus:
                 yield text
 
 
-def _hub_offline() -> bool:
-    return os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
-
-
 def open_corpus(spec: str = "c4", text_field: str = "text") -> Corpus:
     """Resolve --dataset into a Corpus, checking local files before any hub call."""
     if spec.lower() in BUILTIN_ALIASES:
@@ -64,13 +60,25 @@ def open_corpus(spec: str = "c4", text_field: str = "text") -> Corpus:
             raise DatasetError(f"Bad dataset '{spec}': use a hub id as name[:config][:split], or a local file.")
         name, config, split = (parts + [None, None])[:3]
         split = split or "train"
-    if _hub_offline():
-        raise HubDatasetUnavailable(
-            f"Dataset '{spec}' streams from the Hugging Face hub, which is offline here "
-            f"(HF_HUB_OFFLINE/HF_DATASETS_OFFLINE): {_OFFLINE_FIX}."
-        )
+    _check_name(spec, name)
+    problem = hub_problem()  # seconds, where the hub libraries would retry for half a minute
+    if problem is not None:
+        raise HubDatasetUnavailable(f"Dataset '{spec}' streams from the Hugging Face hub and {problem}: {_OFFLINE_FIX}.")
     described = f"{name} ({', '.join(p for p in (config, split) if p)}, streamed)"
     return Corpus(spec, "hub", described, text_field, hub=(name, config, split))
+
+
+def _check_name(spec: str, name: str) -> None:
+    """A one-word name one typo away from a local corpus name is that typo, not a hub dataset (hub datasets are
+    named owner/name; the few legacy one-word ones are not this close to 'builtin')."""
+    import difflib
+
+    if "/" in name:
+        return
+    close = difflib.get_close_matches(name.lower(), (*BUILTIN_ALIASES, "c4"), n=1, cutoff=0.7)
+    if close and close[0] != "c4":
+        raise DatasetError(f"Unknown dataset '{spec}'. Did you mean: {close[0]}? (A hub dataset is named "
+                           "owner/name[:config][:split].)")
 
 
 def _read_builtin(corpus: Corpus) -> Iterator[str]:
