@@ -59,12 +59,16 @@ class TrainSettings:
             self.warmup = self.steps // 10
 
 
+# MODEL's help, the one text every command's MODEL argument shows (cli/options.py model_argument)
+MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded model: minilm (all-MiniLM-L6-v2, "
+              "Post-LN), smollm2 (SmolLM2-135M-Instruct, Pre-LN) or gemma3 (Gemma 3 270M, Peri-LN).")
+
+
 @dataclass
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str = setting("minilm", project=True, flag="", help="Hub id, local folder, .gguf file, or 'minilm' / "
-                         "'smollm2' (embedded models).")
+    model: str = setting("minilm", project=True, flag="", help=MODEL_HELP)
     dtype: str = setting("auto", project=True, choices=DTYPES,
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind

@@ -16,25 +16,27 @@ from layerprobe.cli.merge import merge
 from layerprobe.cli.prune import prune
 from layerprobe.cli.report import report
 from layerprobe.cli.toy import toy
+from layerprobe.cli.options import SectionedCommand, SentenceGroup
 
 app = typer.Typer(
     name="layerprobe",
+    cls=SentenceGroup,
     help="Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # help texts are plain: "[tool.layerprobe]" and "layerprobe[eval]" print as written
 )
-app.command()(angular)
-app.command()(prune)
-app.command()(gradnorm)
-app.command()(merge)
-app.command()(export)
-app.command()(heal)
-app.command()(report)
-app.command()(compare)
-app.command()(demo)
-app.command()(toy)
+app.command(cls=SectionedCommand)(angular)
+app.command(cls=SectionedCommand)(prune)
+app.command(cls=SectionedCommand)(gradnorm)
+app.command(cls=SectionedCommand)(merge)
+app.command(cls=SectionedCommand)(export)
+app.command(cls=SectionedCommand)(heal)
+app.command(cls=SectionedCommand)(report)
+app.command(cls=SectionedCommand)(compare)
+app.command(cls=SectionedCommand)(demo)
+app.command(cls=SectionedCommand)(toy)
 
 
 def _version(value: bool) -> None:

@@ -6,17 +6,18 @@ import typer
 from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
-from layerprobe.cli.options import with_settings
+from layerprobe.cli.options import model_argument, with_settings
 from layerprobe.config import AngularConfig
 
 
 @with_settings(AngularConfig)
 def angular(
-    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' (embedded all-MiniLM-L6-v2, the "
-                                "default unless [tool.layerprobe] names one) or 'smollm2' (embedded SmolLM2-135M GGUF)."),
+    model: str = model_argument("Default minilm, unless [tool.layerprobe] names one."),
     given: dict | None = None,
 ) -> None:
-    """Angular distance d(x_l, x_{l+n}) = arccos(cos)/pi between block inputs, for every l and n."""
+    """Find the blocks that barely change their input, by the angular distance between block inputs.
+
+    d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
     from layerprobe.commands.angular import run_angular
 
     given["model"]["model"] = model

@@ -18,7 +18,9 @@ def compare(
     output_alias: str = typer.Option(None, "--output", hidden=True),  # the old name, kept for existing CI scripts
     max_rows: int = typer.Option(50, "--max-rows", show_default=False, help="Offending entries listed (all are counted; default 50)."),
 ) -> None:
-    """Compare two runs metric by metric, layer by layer; name every entry outside tolerance."""
+    """Give a CI verdict on two runs: exit 0 within tolerance, 1 on a regression, 2 on unusable input.
+
+    Compares metric by metric, layer by layer, and names every entry outside tolerance."""
     from pathlib import Path
 
     from layerprobe.config import find_project_config

@@ -20,7 +20,9 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
 ) -> None:
-    """Post-LN MiniLM, Pre-LN SmolLM2 and Peri-LN Gemma 3 (real weights): angular + pruning sweeps; llama-71m
+    """Run every measurement offline on three real models, write one report and compare it with the committed one.
+
+    Post-LN MiniLM, Pre-LN SmolLM2 and Peri-LN Gemma 3 (real weights): angular + pruning sweeps; llama-71m
     gradnorm for pre/post/mix/lns; one HTML report."""
     from layerprobe.commands.demo import run_demo
     from layerprobe.report.findings import findings

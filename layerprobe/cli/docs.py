@@ -26,6 +26,8 @@ def render_reference() -> str:
     keys = ", ".join(f"`{k}`" for k in KEYS if k not in ("tasks", "tolerance", "out"))
     parts = [HEADER + f"\nProject settings: {keys}; also `out` (the parent folder of every run folder), `tasks` (the "
              "first is the task) and `tolerance` (compare's table).\n"]
+    top = click.Context(group, info_name="layerprobe", terminal_width=WIDTH, max_content_width=WIDTH)
+    parts.append(f"## `layerprobe`\n\n```text\n{group.get_help(top).rstrip()}\n```\n")
     for name in group.list_commands(click.Context(group)):
         command = group.get_command(click.Context(group), name)
         ctx = click.Context(command, info_name=f"layerprobe {name}", terminal_width=WIDTH, max_content_width=WIDTH)

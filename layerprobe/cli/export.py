@@ -5,17 +5,16 @@ from __future__ import annotations
 import typer
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings
-from layerprobe.cli.options import with_settings
+from layerprobe.cli.options import model_argument, with_settings
 from layerprobe.config import ExportConfig, ModelOptions
 
 
 @with_settings(ExportConfig, skip=("model.device_map", "model.offload", "model.quantize"), required=("out",))
 def export(
-    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' or 'smollm2' (embedded); "
-                                "default with --from-curve: the curve run's model."),
+    model: str = model_argument("Default with --from-curve: the curve run's model."),
     given: dict | None = None,
 ) -> None:
-    """Save the model without the chosen layers: loads with plain from_pretrained, no layerprobe needed."""
+    """Save the model without the chosen layers as a checkpoint that plain from_pretrained loads."""
     from layerprobe.cli.common import fail
     from layerprobe.commands.export import run_export
 

@@ -12,10 +12,14 @@ from layerprobe.config import GradnormConfig
 
 @with_settings(GradnormConfig, skip=("model.dtype", "model.device", "model.quantize", "data.tokens"))
 def gradnorm(
-    model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family."),
+    model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family.",
+                                show_default=False),
     given: dict | None = None,
 ) -> None:
-    """Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per placement."""
+    """Compare normalization placements by how gradients and activations scale with depth.
+
+    Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per
+    placement."""
     from layerprobe.cli.common import fail
     from layerprobe.commands.gradnorm.run import run_gradnorm
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
-from layerprobe.cli.options import with_settings
+from layerprobe.cli.options import model_argument, with_settings
 from layerprobe.config import HealConfig, ModelOptions
 
 
@@ -15,12 +15,13 @@ from layerprobe.config import HealConfig, ModelOptions
     "data.batch_size": "Sequences per training step (default 4).",
     "data.seq_len": "Packed sequence length (default 256)."})
 def heal(
-    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'smollm2' (embedded), or a folder "
-                                "`layerprobe export` wrote (its removal is healed); default with --from-curve: the "
-                                "curve run's model."),
+    model: str = model_argument("Also a folder `layerprobe export` wrote (its removal is healed); default with "
+                                "--from-curve: the curve run's model."),
     given: dict | None = None,
 ) -> None:
-    """Train LoRA adapters (peft) on the model without the chosen layers; held-out ppl and kl before and after."""
+    """Recover what removing layers cost by training LoRA adapters on the shortened model.
+
+    LoRA (peft) on the model without the chosen layers; held-out ppl and kl before and after."""
     from layerprobe.cli.common import fail
     from layerprobe.cli.export import show_gain
     from layerprobe.commands.heal.run import run_heal

@@ -15,7 +15,9 @@ def merge(
     overwrite: bool = option(PruneConfig, "overwrite", False),
     formats: str = option(PruneConfig, "formats", "png"),
 ) -> None:
-    """Join sharded pruning sweeps; refuses shards that disagree on model, task, settings or baseline."""
+    """Join the run folders of a `prune --shard K/N` sweep into one run.
+
+    Shards that disagree on model, task, settings or baseline are refused."""
     from layerprobe.cli.prune import show_prune
     from layerprobe.commands.prune.merge import merge_shards
 

@@ -10,6 +10,7 @@ from dataclasses import MISSING
 from typing import Any, Callable, Optional
 
 import typer
+import typer.core
 
 from layerprobe.errors import LayerprobeError
 from layerprobe.settings import _base_type, flag_of, mark_of, parse_text, walk
@@ -54,7 +55,7 @@ def options_of(cls: type, base: Any = None, skip: tuple[str, ...] = (), helps: d
             help_text = f"{help_text} (default {shown})"
         name = path.replace(".", "__")
         default = ... if path in required else None
-        option = typer.Option(default, names, help=help_text, show_default=False)
+        option = typer.Option(default, names, help=help_text, show_default=False, rich_help_panel=panel_of(path))
         params = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)]
         aliases = []
         for i, alias in enumerate(mark.aliases):
@@ -131,3 +132,59 @@ def option(cls: type, name: str, default: Any = None) -> Any:
     flag = flag_of(f)
     return typer.Option(default, f"{flag}/--no-{flag[2:]}" if mark.negative else flag, help=mark.help,
                         show_default=False)
+
+
+# ---- help layout: one sentence per command in the list, options grouped by what they are about ------------------
+
+RUN_FOLDER = "Run folder"
+PANELS = {"model": "Model", "data": "Data", "train": "Training (--steps)", "curve": "Curve (--curve)",
+          "heal": "Healing"}
+_RUN_FOLDER_FIELDS = ("out", "overwrite", "resume", "save_every", "formats")
+_ORDER = ("Arguments", "Options", *PANELS.values(), RUN_FOLDER)
+
+
+def panel_of(path: str) -> str:
+    """The help section of a setting: its group's (model., data., ...), the run folder's, or the command's own."""
+    group = path.split(".")[0]
+    if "." in path and group in PANELS:
+        return PANELS[group]
+    return RUN_FOLDER if path in _RUN_FOLDER_FIELDS else "Options"
+
+
+def model_argument(more: str = "") -> Any:
+    """MODEL, with the one help text (config.MODEL_HELP) every command shares, and what this command adds."""
+    from layerprobe.config import MODEL_HELP
+
+    return typer.Argument(None, help=f"{MODEL_HELP} {more}".strip(), show_default=False)
+
+
+class SectionedCommand(typer.core.TyperCommand):
+    """Plain-text help whose options come in sections (their rich_help_panel): the command's own options first,
+    then the model, the data, ..., the run folder; --help last."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        sections: dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            panel = "Arguments" if param.param_type_name == "argument" else param.rich_help_panel or "Options"
+            sections.setdefault(panel, []).append(record)
+        rank = {name: i for i, name in enumerate(_ORDER)}
+        for name in sorted(sections, key=lambda n: rank.get(n, len(rank))):
+            with formatter.section(name):
+                formatter.write_dl(sections[name])
+
+
+class SentenceGroup(typer.core.TyperGroup):
+    """The command list shows each command's first paragraph (one sentence saying what it is for) whole."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, (command.help or "").strip().split("\n\n")[0].replace("\n", " ")))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)

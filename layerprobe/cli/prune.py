@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
-from layerprobe.cli.options import given_any, with_settings
+from layerprobe.cli.options import RUN_FOLDER, given_any, model_argument, with_settings
 from layerprobe.config import SQUAD_DATASET, CurveSettings, PruneConfig
 
 
@@ -17,14 +17,17 @@ from layerprobe.config import SQUAD_DATASET, CurveSettings, PruneConfig
                     "(default rajpurkar/squad).",
     "data.tokens": "ppl/kl/drift: token positions (default 65536)."})
 def prune(
-    model: str = typer.Argument(None, help="Hub id, local folder, .gguf file, 'minilm' or 'smollm2' (embedded); default from [tool.layerprobe]."),
+    model: str = model_argument("Default minilm, unless [tool.layerprobe] names one."),
     task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
     curve: bool = typer.Option(False, "--curve", help="Removal curves: for k = 1..K, the k layers each strategy picks, "
                                "scored on --task -> curve.csv, curve.png."),
-    out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>)."),
+    out_dir: str = typer.Option(None, "--out", help="Run folder (default reports/<model>/prune-<task>).",
+                                rich_help_panel=RUN_FOLDER),
     given: dict | None = None,
 ) -> None:
-    """Performance drop dP(l) = P_pruned(l) - P_original of removing each layer (or block of n)."""
+    """Measure what each layer is worth: the score lost when it (or a block of n) is removed.
+
+    dP(l) = P_pruned(l) - P_original on an lm-eval task, squad, ppl, kl or drift; --curve: how many layers can go."""
     from layerprobe.cli.common import fail
     from layerprobe.commands.prune.run import run_prune
     from layerprobe.config import find_project_config

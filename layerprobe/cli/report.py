@@ -11,7 +11,9 @@ def report(
     runs: list[str] = typer.Argument(..., help="Run folders (or folders of runs) written by angular/prune/gradnorm."),
     out_dir: str = typer.Option(None, "--out", help="Where report.html and report.md go (default: the runs' common parent)."),
 ) -> None:
-    """Heatmaps, pruning bars, gradient-norm lines and plain-language findings for one or more runs."""
+    """Write one HTML page (and its Markdown twin) of figures and findings for one or more runs.
+
+    Heatmaps, pruning bars, gradient-norm lines and plain-language findings, overlaid by relative depth."""
     from layerprobe.report.page import report_runs
 
     result = call(report_runs, runs, out_dir)

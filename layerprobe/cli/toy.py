@@ -12,7 +12,9 @@ from layerprobe.config import ToyConfig
 
 @with_settings(ToyConfig)
 def toy(given: dict | None = None) -> None:
-    """Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
+    """See how each normalization placement behaves with depth in a residual-MLP toy model, no checkpoint needed.
+
+    Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
     from layerprobe.commands.toy import run_toy
 
     config, _ = resolve_settings(ToyConfig, given, out_name="toy")
