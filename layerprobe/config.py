@@ -121,8 +121,9 @@ class AngularConfig:
     resume: bool = setting(False, numbers=False, help="Continue an interrupted pass in --out from its last saved sums.")
     save_every: float = setting(60.0, numbers=False, minimum=0, help="Seconds between saves of the running sums for "
                                 "--resume (0 saves after every batch).")
-    lens_tokens: int = setting(512, minimum=0, help="Causal LMs: token positions for the logit-lens column of "
-                               "layers.csv (0 skips it).")
+    lens_tokens: int | None = setting(None, minimum=0, help="Causal LMs: token positions for the logit-lens column "
+                                      "of layers.csv (0 skips it; default 512 x 32768 / vocabulary size, 16 to 512: "
+                                      "512 for LLaMA-2, 341 for SmolLM2, 64 for Gemma 3).")
     formats: tuple[str, ...] = setting(("png",), **_FORMATS)
     top: int = setting(8, numbers=False, minimum=1, help="Block sizes shown in the terminal table.")
 

@@ -211,6 +211,19 @@ def test_progress_lines_in_a_log():
                      "tokens: 1,000/1,000 done after 0:01:20, 12.5/s"]
 
 
+def test_slow_stage_says_seconds_each_not_zero_per_second():
+    from layerprobe.cli.common import LogProgress
+
+    now, lines = [0.0], []
+    progress = LogProgress(every=30, clock=lambda: now[0], write=lines.append)
+    progress("variants", 0, 3)
+    for step, t in ((1, 40.0), (3, 120.0)):
+        now[0] = t
+        progress("variants", step, 3)
+    assert lines == ["variants: 1/3 33% after 0:00:40, 40.0 s each, eta 0:01:20",
+                     "variants: 3/3 done after 0:02:00, 40.0 s each"]
+
+
 def test_cli_prints_progress_lines_when_not_a_terminal(model_dirs, tmp_path):
     import subprocess
     import sys
@@ -222,7 +235,8 @@ def test_cli_prints_progress_lines_when_not_a_terminal(model_dirs, tmp_path):
     lines = result.stderr.splitlines()
     # phase lines (a load that lasts) may come first; then the stage's counts, plain
     counts = [line for line in lines if not line.startswith("loading ")]
-    assert counts[0].startswith("tokens: ") and "tokens: 256/256 done after" in result.stderr, result.stderr
+    assert counts[0].startswith(("tokens: ", "logit lens: ")) and "tokens: 256/256 done after" in result.stderr, result.stderr
+    assert "logit lens: 256/256 done after" in result.stderr  # the lens's own phase, in positions, to its end
     assert "\x1b[" not in result.stderr  # plain lines
 
 

@@ -169,7 +169,14 @@ class LogProgress:
             rate = (done - first) / elapsed
             left = f", eta {_clock(int((total - done) / rate))}" if rate > 0 and done < total else ""
             state = "done" if done >= total else f"{100 * done / max(total, 1):.0f}%"
-            self.write(f"{stage}: {done:,}/{total:,} {state} after {_clock(int(elapsed))}, {rate:,.1f}/s{left}")
+            self.write(f"{stage}: {done:,}/{total:,} {state} after {_clock(int(elapsed))}, {_rate(rate)}{left}")
+
+
+def _rate(per_second: float) -> str:
+    """'1,234.5/s', or for a slow stage the seconds each item takes ('42.0 s each'), never '0.0/s'."""
+    if per_second >= 1 or per_second <= 0:
+        return f"{per_second:,.1f}/s"
+    return f"{1 / per_second:,.1f} s each"
 
 
 def _clock(seconds: int) -> str:

@@ -15,7 +15,7 @@ from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
-from layerprobe.metrics.lens import LensAccumulator
+from layerprobe.metrics.lens import LensAccumulator, default_lens_tokens
 from layerprobe.metrics.router import RouterAccumulator
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
@@ -33,6 +33,7 @@ from layerprobe.runs.write import RunResult, write_run
 from layerprobe.config import POSITIONS  # declared once, with the settings that take it
 
 RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
+LENS_STAGE = "logit lens"  # the lens's own progress stage, in positions
 
 
 AngularRun = RunResult  # tables: angular (layer, n, distance, tokens), layers (per-layer statistics of x_l)
@@ -101,8 +102,10 @@ def _save(checkpoint: PassCheckpoint | None, done: _Pass, counters: dict, force:
     checkpoint.save(tensors, counters, force)
 
 
-def _lens_update(done: _Pass, probe: Any, capture: Any, rows: Any, measured_before: int) -> None:
-    """The logit lens on the first lens-tokens measured positions (in stream order, as in one process)."""
+def _lens_update(done: _Pass, probe: Any, capture: Any, rows: Any, measured_before: int,
+                 progress: Progress = silent, total: int = 0) -> None:
+    """The logit lens on the first lens-tokens measured positions (in stream order, as in one process); its own
+    bar, "logit lens", in positions: for a large vocabulary it can take longer than the pass."""
     import torch
 
     take = rows[: max(done.lens.limit - measured_before, 0)]
@@ -117,7 +120,7 @@ def _lens_update(done: _Pass, probe: Any, capture: Any, rows: Any, measured_befo
             dummy = torch.zeros(x.shape[0], 1, dtype=torch.long, device=x.device)
             return model(input_ids=dummy).logits[:, 0]
 
-        done.lens.update(head, picked)
+        done.lens.update(head, picked, lambda n: progress(LENS_STAGE, n, total))
         replay.value = None
 
 
@@ -137,6 +140,8 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
     forward = probe.model.base_model  # a head's full-vocabulary logits are never computed for the pass
     total = config.data.tokens
+    measured = total if config.positions == "all" else -(-total // probe.seq_len)  # at most; exact for "all"
+    lens_total = min(done.lens.limit, measured) if done.lens is not None else 0
     progress("tokens", processed, total)
     stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size, total)
     with BlockCapture(probe.stack) as capture, done.routing, torch.inference_mode():
@@ -154,7 +159,8 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
                     done.routing.update(rows)
                 _check_finite(accumulator, index, probe.loaded.dtype)
                 if done.lens is not None:
-                    _lens_update(done, probe, capture, rows, measured_before)
+                    _lens_update(done, probe, capture, rows, measured_before, progress if world.main else silent,
+                                 lens_total)
                 if measured_before < RANK_SAMPLE:  # the first RANK_SAMPLE measured positions, as in one process
                     take = rows[: RANK_SAMPLE - measured_before]
                     sampled.append((index, [s.reshape(-1, s.shape[-1]).index_select(0, take.to(s.device)).float().cpu()
@@ -190,6 +196,9 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
                        head=head, checked=(corpus,))
     lens = head == "causal-lm"
+    if lens and config.lens_tokens is None:  # the default: fewer positions for a larger vocabulary (metrics/lens.py)
+        vocab = probe.model.get_output_embeddings().weight.shape[0]
+        config = dataclasses.replace(config, lens_tokens=default_lens_tokens(vocab))
     if lens and probe.loaded.new_head:
         probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "
                               "missing); logit_lens_kl is left empty.")
@@ -255,7 +264,7 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
 
 def lens_head(config: AngularConfig) -> str:
     """'causal-lm' when the logit lens is asked for (--lens-tokens > 0) and the model is a causal LM, else 'base'."""
-    if config.lens_tokens <= 0:
+    if config.lens_tokens is not None and config.lens_tokens <= 0:
         return "base"
     from layerprobe.internals import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 

@@ -53,7 +53,9 @@ def _minilm(folder: Path, size: dict, stage) -> list:
     model = ModelOptions("minilm", "float32", "cpu")
     angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["angular_tokens"],
                                                                        SEQ_LEN, BATCH),
-                                        out=str(folder / "angular"), overwrite=True), stage("angular (MiniLM)"))
+                                        out=str(folder / "angular"), overwrite=True,
+                                        lens_tokens=512),  # no LM head, no lens: the value the reference records
+                          stage("angular (MiniLM)"))
     prune = run_prune(PruneConfig(task="drift", model=model,
                                   data=DataOptions("builtin", "text", size["prune_tokens"], SEQ_LEN, BATCH),
                                   angular=str(angular.folder), out=str(folder / "prune-drift"), overwrite=True),

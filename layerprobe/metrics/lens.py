@@ -3,10 +3,22 @@ read from the block input x_l, summed in float64 over token positions."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 # Positions pushed through the head at a time: memory stays at LENS_CHUNK x vocab floats, whatever the vocabulary.
 LENS_CHUNK = 256
+# The default number of lens positions: LENS_BUDGET / vocabulary size, at most LENS_MAX. Each position costs one
+# (d x V) head product and a float64 softmax over V per block input, so the lens's cost grows with V: at most 512
+# positions up to a 32,768-token vocabulary (LLaMA-2, Mistral), 341 for SmolLM2's 49,152, 64 for Gemma 3's 262,144.
+LENS_BUDGET = 512 * 32768
+LENS_MAX = 512
+
+
+def default_lens_tokens(vocab_size: int) -> int:
+    """Lens positions when --lens-tokens is not given: fewer for a larger vocabulary (LENS_BUDGET), at least 16."""
+    return max(16, min(LENS_MAX, LENS_BUDGET // max(vocab_size, 1)))
 
 
 def kl_rows(final_logits: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
@@ -27,13 +39,19 @@ class LensAccumulator:
     def wants(self) -> int:
         return max(self.limit - self.tokens, 0)
 
-    def update(self, head, states: list[torch.Tensor]) -> None:
-        """head(x) -> logits for x of shape (positions, d); states: K tensors (positions, d) of the same positions."""
-        for start in range(0, states[0].shape[0], LENS_CHUNK):
+    def update(self, head, states: list[torch.Tensor], done: Callable[[int], None] | None = None) -> None:
+        """head(x) -> logits for x of shape (positions, d); states: K tensors (positions, d) of the same positions.
+        done(positions): called after every layer of every chunk with the positions finished so far, in all
+        (a layer's share of a chunk counted as that fraction of its positions), for a progress bar."""
+        count = states[0].shape[0]
+        for start in range(0, count, LENS_CHUNK):
             final = head(states[-1][start : start + LENS_CHUNK])  # (chunk, V)
+            chunk = min(LENS_CHUNK, count - start)
             for layer, x in enumerate(states[:-1]):
                 self.sums[layer] += kl_rows(final, head(x[start : start + LENS_CHUNK])).sum().to(self.sums.device)
-        self.tokens += states[0].shape[0]
+                if done is not None:
+                    done(self.tokens + start + chunk * (layer + 1) // (len(states) - 1))
+        self.tokens += count
 
     def state(self) -> torch.Tensor:
         return torch.cat([self.sums, torch.tensor([float(self.tokens)], dtype=torch.float64, device=self.sums.device)])
