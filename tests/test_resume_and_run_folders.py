@@ -213,3 +213,48 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(full_dis
         assert not list(full_disk.rglob("*.tmp")) and not list(full_disk.glob(".*.partial"))
         for leftover in full_disk.iterdir():  # each attempt gets the whole disk
             subprocess.run(["rm", "-rf", str(leftover)], check=True)
+
+
+@pytest.mark.parametrize("command", [["angular"], ["prune", "--task", "kl"]])
+def test_ctrl_c_before_the_first_save_leaves_a_folder_that_resumes(command, model_dirs, tmp_path, monkeypatch):
+    """Issue 39: Ctrl-C once the folder is claimed, before anything is saved (angular: while the model loads;
+    prune: as the sweep starts, the baseline's first batch) keeps the claimed folder, says so, and both
+    `--resume` and the same command without it run there (no timestamped sibling), as an uninterrupted run."""
+    import layerprobe.commands.angular as angular_module
+    import layerprobe.commands.prune.run as prune_module
+
+    module, name = (angular_module, "open_probe") if command[0] == "angular" else (prune_module, "Ledger")
+    real = getattr(module, name)
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    args = [*command, model_dirs["llama"], *TINY]
+    for again in (["--resume"], []):
+        monkeypatch.setattr(module, name, ctrl_c)
+        cut = tmp_path / f"cut{len(again)}"
+        result = invoke(*args, "--out", cut)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 130 and f"nothing was saved yet in {cut}" in text, text
+        assert [p.name for p in cut.iterdir()] == [LOCK]
+        monkeypatch.setattr(module, name, real)
+        result = invoke(*args, "--out", cut, *again)
+        assert result.exit_code == 0, result.output
+        assert (cut / "summary.json").is_file() and not (cut / LOCK).exists()
+        assert [p.name for p in tmp_path.iterdir() if p.name.startswith(cut.name)] == [cut.name]  # no sibling
+    whole = invoke(*args, "--out", tmp_path / "whole")
+    assert whole.exit_code == 0, whole.output
+    table = "angular.csv" if command[0] == "angular" else "prune.csv"
+    for cut in ("cut0", "cut1"):
+        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / cut / table), pd.read_csv(tmp_path / "whole" / table))
+
+
+def test_an_error_before_any_work_still_leaves_no_folder(model_dirs, tmp_path, monkeypatch):
+    import layerprobe.commands.angular as angular_module
+
+    def broken(*args, **kwargs):
+        raise RunError("broken on purpose")
+
+    monkeypatch.setattr(angular_module, "open_probe", broken)
+    assert_error(invoke("angular", model_dirs["llama"], *TINY, "--out", tmp_path / "err"), "broken on purpose")
+    assert not (tmp_path / "err").exists()

@@ -58,6 +58,24 @@ def offline_command(exc: Exception) -> str:
     return f" Offline: {shlex.join(['layerprobe', *kept, '--dataset', 'builtin'])}"
 
 
+def interrupted_text() -> str:
+    """What Ctrl-C left: the folders with saved work, those with none yet, and what --resume does with each."""
+    from layerprobe.runs.folder import abandon_run_dirs, unstarted_run_dirs
+
+    kept = abandon_run_dirs(interrupted=True)
+    empty = set(unstarted_run_dirs())
+    saved = [escape(str(p)) for p in kept if p not in empty]
+    unsaved = [escape(str(p)) for p in kept if p in empty]
+    parts = []
+    if saved:
+        parts.append(f"finished work is in {', '.join(saved)}; the same command with --resume continues it")
+    if unsaved:
+        parts.append(f"nothing was saved yet in {', '.join(unsaved)}; the same command, with or without --resume, "
+                     "starts it over there")
+    return "; ".join(parts) + "." if parts else ("nothing was written (stopped before the run folder was claimed): "
+                                                  "run the same command again, without --resume.")
+
+
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a library function; its typed errors become one red line and exit code 2."""
     from layerprobe.runs.folder import abandon_run_dirs
@@ -69,10 +87,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
         settle()
-        kept = abandon_run_dirs()
-        where = ", ".join(escape(str(p)) for p in kept)
-        console.print(f"[yellow]interrupted[/yellow]: finished work is in {where}; the same command with --resume "
-                      "continues it." if kept else "[yellow]interrupted[/yellow]: nothing was written.", highlight=False)
+        console.print(f"[yellow]interrupted[/yellow]: {interrupted_text()}", highlight=False)
         raise typer.Exit(130) from None
     finally:
         settle()  # a phase the call announced ends with it: its line never lands in later output

@@ -160,19 +160,27 @@ def release_run_dir(path: Path) -> None:
 
 ABANDONED = "unfinished"  # the lock's text once its run has stopped: the folder is unfinished and free to resume
 _unfinished: list[Path] = []  # folders this process left unfinished
+_unstarted: list[Path] = []  # of those, the ones interrupted before any work was saved (only the lock in them)
 _made: dict[Path, list[Path]] = {}  # run folder -> the parent folders claiming it created, deepest first
 
 
 @atexit.register
-def abandon_run_dirs() -> list[Path]:
-    """An error or Ctrl-C ends the run. A folder that got nothing is removed, with the parents that claiming it made
-    while they stay empty (never a folder that was there before); one with partial work keeps its lock,
-    rewritten to say no process holds it, as the mark of an unfinished run (--resume takes it over). Returns every
-    folder this process has left unfinished."""
+def abandon_run_dirs(interrupted: bool = False) -> list[Path]:
+    """An error or Ctrl-C ends the run. After an error a folder that got nothing is removed, with the parents that
+    claiming it made while they stay empty (never a folder that was there before); one with partial work, and
+    after Ctrl-C (`interrupted`) any, keeps its lock, rewritten to say no process holds it, as the mark of an
+    unfinished run: --resume takes it over (with nothing saved, it starts from the start), and a fresh run with
+    the same --out reuses a folder that holds nothing else. Returns every folder this process has left
+    unfinished (those with nothing saved also in unstarted_run_dirs())."""
     for path in list(_held):
         _held.discard(path)
         try:
-            if [p.name for p in path.iterdir()] == [LOCK]:
+            empty = [p.name for p in path.iterdir()] == [LOCK]
+            if empty and interrupted:
+                (path / LOCK).write_text(ABANDONED + "\n")
+                _unfinished.append(path)
+                _unstarted.append(path)
+            elif empty:
                 (path / LOCK).unlink(missing_ok=True)
                 path.rmdir()
                 for parent in _made.pop(path, []):  # only folders this process made, and only while empty
@@ -183,7 +191,20 @@ def abandon_run_dirs() -> list[Path]:
                 _unfinished.append(path)
         except OSError:
             pass
-    return list(dict.fromkeys(_unfinished))
+    return [p for p in dict.fromkeys(_unfinished) if (p / LOCK).is_file()]  # not finished since (a resume)
+
+
+def unstarted_run_dirs() -> list[Path]:
+    """The folders this process left after Ctrl-C before saving any work (abandon_run_dirs)."""
+    return [p for p in dict.fromkeys(_unstarted) if holds_nothing(p)]
+
+
+def holds_nothing(path: Path) -> bool:
+    """A folder with nothing but a lock no live process holds: a run interrupted before its first save."""
+    try:
+        return [p.name for p in path.iterdir()] == [LOCK] and _owner(path / LOCK) is None
+    except OSError:
+        return False
 
 
 def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
@@ -197,6 +218,9 @@ def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
         since = scoped.mark()
         try:
             return command(*args, **kwargs)
+        except KeyboardInterrupt:
+            abandon_run_dirs(interrupted=True)  # Ctrl-C: the folder stays for --resume, even with nothing saved
+            raise
         except BaseException:
             abandon_run_dirs()
             raise
@@ -238,12 +262,14 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
         path = path.resolve()
         out = str(path)
     if resume and not path.is_dir():
-        raise RunError(f"--resume: run folder '{out}' does not exist: run without --resume first (same --out).")
+        raise RunError(f"--resume: run folder '{out}' does not exist (a run stopped before it claimed its folder, "
+                       "while checking its input or loading the model, leaves none): run the same command without "
+                       "--resume.")
     if path.exists() and not path.is_dir():
         raise RunError(f"--out '{out}' is a file: pass a folder path.")
     try:
         for _ in range(100):
-            if path.is_dir() and any(path.iterdir()) and not (overwrite or resume):
+            if path.is_dir() and any(path.iterdir()) and not (overwrite or resume or holds_nothing(path)):
                 path = _sibling(out)
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
