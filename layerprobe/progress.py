@@ -24,3 +24,15 @@ def announce(message: str) -> None:
     import logging
 
     logging.getLogger(PHASES).info(message)
+
+
+NOTICES = "layerprobe.notice"  # the logger of things the user must see at once (the CLI prints them first, in yellow)
+
+
+def notice(message: str) -> None:
+    """Tell the user something that changes where or what they will find (a run written to another folder than the
+    one named): a WARNING record, which Python prints on stderr even where logging is not configured (a notebook,
+    a Trainer script), and the CLI shows at once."""
+    import logging
+
+    logging.getLogger(NOTICES).warning(message)

@@ -336,3 +336,31 @@ def test_lightning_callback_against_hand_gradients_and_hidden_states(tokenizer, 
     logged = pd.read_csv(next((tmp_path / "logs").rglob("metrics.csv")))
     assert {f"layerprobe/{key}/layer_0" for key in KEYS} <= set(logged.columns)
     assert json.loads((tmp_path / "monitor" / "summary.json").read_text())["lightning"]["accumulate_grad_batches"] == 2
+
+
+def test_an_interrupted_monitor_run_is_named_by_the_next_run_and_by_the_readers(tokenizer, tmp_path, caplog):
+    """Issue 39, item 3: training stopped mid-run leaves its folder unfinished; the next run with the same out=
+    says at once (a WARNING, which Python prints even without logging configured) that it writes to a sibling,
+    and report / compare on the original folder name it as unfinished and point to the sibling."""
+    from layerprobe.runs.folder import abandon_run_dirs
+
+    model = _model(tokenizer)
+    out = tmp_path / "monitor-mix"
+    first = LayerMonitor(model, tokenizer, every=1, out=str(out), **PROBE)
+    first.step(1)
+    abandon_run_dirs(interrupted=True)  # what Ctrl-C (or the process's exit) does to a run it never closed
+    assert (out / "monitor.csv").is_file() and (out / ".layerprobe.lock").is_file()
+    with caplog.at_level("WARNING", logger="layerprobe.notice"):
+        second = LayerMonitor(model, tokenizer, every=1, out=str(out), **PROBE)
+    assert second.folder != out and second.folder.parent == out.parent
+    said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(said) == 1 and f"'{out}' already holds an unfinished run" in said[0] and str(second.folder) in said[0]
+    second.step(1)
+    sibling = second.folder
+    second.close()
+    for args in (["report", out, "--out", tmp_path / "page"], ["compare", out, sibling]):
+        result = invoke(*args)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2 and f"'{out}' is an unfinished run" in text, text
+        assert f"went to '{sibling}'" in text, text
+        assert "holds no layerprobe runs" not in text

@@ -249,6 +249,17 @@ def test_ctrl_c_before_the_first_save_leaves_a_folder_that_resumes(command, mode
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / cut / table), pd.read_csv(tmp_path / "whole" / table))
 
 
+def test_a_taken_out_is_said_on_the_first_line(model_dirs, tmp_path):
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "notes.txt").write_text("mine")
+    result = invoke("angular", model_dirs["llama"], *TINY, "--out", tmp_path / "taken")
+    assert result.exit_code == 0, result.output
+    sibling = next(p for p in tmp_path.iterdir() if p.name.startswith("taken-"))
+    first = " ".join(result.output.split("\n\n")[0].split())
+    assert first.startswith(f"note: '{tmp_path / 'taken'}' already holds other files: this run writes to '{sibling}'")
+    assert (sibling / "summary.json").is_file() and (tmp_path / "taken" / "notes.txt").read_text() == "mine"
+
+
 def test_an_error_before_any_work_still_leaves_no_folder(model_dirs, tmp_path, monkeypatch):
     import layerprobe.commands.angular as angular_module
 

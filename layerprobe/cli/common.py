@@ -148,14 +148,27 @@ def settle() -> None:
 
 
 def show_phases() -> None:
-    """Route progress.announce's records to the terminal or log (once per process)."""
-    from layerprobe.progress import PHASES
+    """Route progress.announce's records to the terminal or log, and progress.notice's at once (once per process)."""
+    from layerprobe.progress import NOTICES, PHASES
 
     logger = logging.getLogger(PHASES)
     if not any(isinstance(h, PhaseLines) for h in logger.handlers):
         logger.addHandler(PhaseLines())
         logger.setLevel(logging.INFO)
         logger.propagate = False
+    notices = logging.getLogger(NOTICES)
+    if not any(isinstance(h, NoticeLines) for h in notices.handlers):
+        notices.addHandler(NoticeLines())
+        notices.propagate = False
+
+
+class NoticeLines(logging.Handler):
+    """progress.notice's records: a yellow 'note:' line on stderr, at once."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if os.environ.get("RANK", "0") == "0":
+            settle()
+            console.print(f"[yellow]note[/yellow]: {escape(record.getMessage())}", highlight=False, soft_wrap=True)
 
 
 class LogProgress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import glob
 import io
 import json
 import os
@@ -240,6 +241,33 @@ def _sibling(out: str | Path) -> Path:
     return candidate
 
 
+def _redirect(out: str | Path) -> Path:
+    """A timestamped sibling for a run whose --out is taken, said at once (progress.notice): where the run goes,
+    and why, so nobody looks for it in the folder they named."""
+    from layerprobe.progress import notice
+
+    sibling = _sibling(out)
+    taken = Path(out)
+    if (taken / LOCK).is_file():
+        owner = _owner(taken / LOCK)
+        what = (f"a run another process is writing ({owner})" if owner else
+                "an unfinished run (interrupted: --resume / resume=True continues it where the command has one)")
+    else:
+        what = "a run" if (taken / "summary.json").is_file() else "other files"
+    notice(f"'{out}' already holds {what}: this run writes to '{sibling}' instead (--overwrite / overwrite=True "
+           "replaces a finished or interrupted run).")
+    return sibling
+
+
+def later_runs(folder: Path) -> list[Path]:
+    """The timestamped siblings of `folder` (later runs sent beside it because it was taken) that hold a run."""
+    if not folder.parent.is_dir():
+        return []
+    return sorted(p for p in folder.parent.glob(f"{glob.escape(folder.name)}-*")
+                  if p.is_dir() and re.fullmatch(r"\d{8}-\d{6}(-\d+)?", p.name[len(folder.name) + 1:])
+                  and any(p.rglob("summary.json")))
+
+
 def check_resumable(folder: Path, command: str) -> None:
     """--resume continues this command's unfinished run only: another command's folder is refused by name."""
     summary = folder / "summary.json"
@@ -270,7 +298,7 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
     try:
         for _ in range(100):
             if path.is_dir() and any(path.iterdir()) and not (overwrite or resume or holds_nothing(path)):
-                path = _sibling(out)
+                path = _redirect(out)
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path):
@@ -283,7 +311,7 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "
                                "wait for it, or pass another --out.")
-            path = _sibling(out)
+            path = _redirect(out)
         raise RunError(f"Could not claim a run folder beside '{out}': pass another --out.")
     except OSError as exc:
         raise RunError(f"--out '{out}' cannot be created or written ({exc.strerror or first_line(exc)}): pass a "

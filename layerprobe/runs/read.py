@@ -8,7 +8,7 @@ from typing import Any
 
 from layerprobe.errors import RunError, first_line
 from layerprobe.runs.columns import TABLES
-from layerprobe.runs.folder import LOCK, model_label, read_json
+from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
 
 
@@ -97,7 +97,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
     if (path / LOCK).exists():
         raise RunError(f"'{folder}' is an unfinished run (its {LOCK} is there: a run is writing it, or was killed): "
-                       "finish it with the same command and --resume, or run it again.")
+                       f"finish it with the same command and --resume, or run it again{_see_later(path)}.")
     if not is_run(path):
         raise RunError(f"'{folder}' is not a layerprobe run folder (no summary.json and manifest.json): "
                        "pass the folder a command wrote, e.g. reports/<model>/angular.")
@@ -122,6 +122,15 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     return Run(path, command, summary, manifest, tables)
 
 
+def _see_later(folder: Path) -> str:
+    """'; later runs sent beside it: X' when runs that found the folder taken went to timestamped siblings."""
+    later = later_runs(folder)
+    if not later:
+        return ""
+    shown = ", ".join(f"'{p}'" for p in later[-3:])
+    return f"; later run{'s' if len(later) > 1 else ''} with the same --out went to {shown}"
+
+
 def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
     """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
     path = Path(folder)
@@ -131,5 +140,12 @@ def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
         return {"": load_run(path, finite)}
     found = {str(p.parent.relative_to(path)): load_run(p.parent, finite) for p in sorted(path.rglob("summary.json"))}
     if not found:
-        raise RunError(f"'{folder}' holds no layerprobe runs (no summary.json below it): pass a run folder.")
+        unfinished = sorted({lock.parent for lock in path.rglob(LOCK)} | ({path} if (path / LOCK).exists() else set()))
+        if unfinished:
+            names = ", ".join(f"'{p}'" for p in unfinished[:3]) + (" ..." if len(unfinished) > 3 else "")
+            what = f"'{folder}' is" if unfinished == [path] else f"'{folder}' holds no finished run: {names}"
+            raise RunError(f"{what} an unfinished run (interrupted, or still being written): resume it (the same "
+                           f"command with --resume, where it has one) or run it again{_see_later(unfinished[0])}.")
+        raise RunError(f"'{folder}' holds no layerprobe runs (no summary.json below it): pass a run folder"
+                       f"{_see_later(path)}.")
     return found
