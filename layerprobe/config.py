@@ -122,8 +122,9 @@ class AngularConfig:
     save_every: float = setting(60.0, numbers=False, minimum=0, help="Seconds between saves of the running sums for "
                                 "--resume (0 saves after every batch).")
     lens_tokens: int | None = setting(None, minimum=0, help="Causal LMs: token positions for the logit-lens column "
-                                      "of layers.csv (0 skips it; default 512 x 32768 / vocabulary size, 16 to 512: "
-                                      "512 for LLaMA-2, 341 for SmolLM2, 64 for Gemma 3).")
+                                      "of layers.csv (0 skips it; default min(512, 512 x 32768 / vocabulary size, "
+                                      "--tokens / 64), at least 16: the lens costs far more per position with a "
+                                      "large vocabulary).")
     formats: tuple[str, ...] = setting(("png",), **_FORMATS)
     top: int = setting(8, numbers=False, minimum=1, help="Block sizes shown in the terminal table.")
 

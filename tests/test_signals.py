@@ -106,21 +106,25 @@ def test_an_angular_run_of_another_model_beside_is_passed_over(model_dirs, tmp_p
 def test_default_lens_positions_shrink_with_the_vocabulary():
     from layerprobe.metrics.lens import default_lens_tokens
 
-    # 512 x 32768 / V, between 16 and 512: by hand
-    assert [default_lens_tokens(v) for v in (1000, 32000, 32768, 49152, 262144, 10**7)] == [512, 512, 512, 341, 64, 16]
+    # min(512, 512 x 32768 / V, tokens / 64), at least 16: by hand
+    many = 262144
+    assert [default_lens_tokens(v, many) for v in (1000, 32000, 32768, 49152, 262144, 10**7)] == [512, 512, 512, 341,
+                                                                                                   64, 16]
+    assert [default_lens_tokens(262144, t) for t in (100, 1024, 2048, 4096, 8192)] == [16, 16, 32, 64, 64]
+    assert default_lens_tokens(49152, 8192) == 128
 
 
 def test_lens_has_its_own_progress_stage_and_the_default_follows_the_vocabulary(model_dirs, corpus_file, tmp_path):
     """The bar names the phase it is in: the lens reports 'logit lens' in positions, up to its limit; left unset,
-    --lens-tokens is 512 x 32768 / vocabulary (the tiny llama's vocabulary: every position up to 512)."""
+    --lens-tokens is min(512, 512 x 32768 / vocabulary, tokens / 64), at least 16 (here: 16 of the 240)."""
     config = config_for(model_dirs["llama"], tmp_path, corpus_file, tokens=240, seq_len=40, batch_size=3)
     assert config.lens_tokens is None
     vocab = transformers.AutoConfig.from_pretrained(model_dirs["llama"]).vocab_size
     seen = []
     run = run_angular(config, lambda stage, done, total: seen.append((stage, done, total)))
-    expected = min(512, 512 * 32768 // vocab)
-    assert run.summary["logit_lens_tokens"] == min(expected, 240)
+    expected = max(16, min(512, 512 * 32768 // vocab, 240 // 64))
+    assert expected == 16 and run.summary["logit_lens_tokens"] == expected
     lens = [(done, total) for stage, done, total in seen if stage == "logit lens"]
-    assert lens and all(total == min(expected, 240) for _, total in lens)
-    assert [d for d, _ in lens] == sorted(d for d, _ in lens) and lens[-1][0] == min(expected, 240)
+    assert lens and all(total == expected for _, total in lens)
+    assert [d for d, _ in lens] == sorted(d for d, _ in lens) and lens[-1][0] == expected
     assert {stage for stage, *_ in seen} == {"tokens", "logit lens"}

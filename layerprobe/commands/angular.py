@@ -198,7 +198,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     lens = head == "causal-lm"
     if lens and config.lens_tokens is None:  # the default: fewer positions for a larger vocabulary (metrics/lens.py)
         vocab = probe.model.get_output_embeddings().weight.shape[0]
-        config = dataclasses.replace(config, lens_tokens=default_lens_tokens(vocab))
+        config = dataclasses.replace(config, lens_tokens=default_lens_tokens(vocab, config.data.tokens))
     if lens and probe.loaded.new_head:
         probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "
                               "missing); logit_lens_kl is left empty.")

@@ -9,16 +9,20 @@ import torch
 
 # Positions pushed through the head at a time: memory stays at LENS_CHUNK x vocab floats, whatever the vocabulary.
 LENS_CHUNK = 256
-# The default number of lens positions: LENS_BUDGET / vocabulary size, at most LENS_MAX. Each position costs one
-# (d x V) head product and a float64 softmax over V per block input, so the lens's cost grows with V: at most 512
-# positions up to a 32,768-token vocabulary (LLaMA-2, Mistral), 341 for SmolLM2's 49,152, 64 for Gemma 3's 262,144.
+# The default number of lens positions. Each position costs one (d x V) head product and a float64 softmax over V
+# per block input, far more than a token of the pass when V is large (Gemma 3 270M on a CPU: about 1 s per lens
+# position against 0.04 s per token of the pass), so the default shrinks with the vocabulary, LENS_BUDGET / V (512
+# up to a 32,768-token vocabulary, 341 for SmolLM2's 49,152, 64 for Gemma 3's 262,144), and with the run,
+# 1/LENS_SHARE of its tokens, never below LENS_MIN.
 LENS_BUDGET = 512 * 32768
 LENS_MAX = 512
+LENS_MIN = 16
+LENS_SHARE = 64
 
 
-def default_lens_tokens(vocab_size: int) -> int:
-    """Lens positions when --lens-tokens is not given: fewer for a larger vocabulary (LENS_BUDGET), at least 16."""
-    return max(16, min(LENS_MAX, LENS_BUDGET // max(vocab_size, 1)))
+def default_lens_tokens(vocab_size: int, tokens: int) -> int:
+    """Lens positions when --lens-tokens is not given: min(512, 512 x 32768 / V, tokens / 64), at least 16."""
+    return max(LENS_MIN, min(LENS_MAX, LENS_BUDGET // max(vocab_size, 1), tokens // LENS_SHARE))
 
 
 def kl_rows(final_logits: torch.Tensor, lens_logits: torch.Tensor) -> torch.Tensor:
