@@ -37,6 +37,11 @@ class NumericsError(LayerprobeError):
     """A measured number came out NaN or infinite (an overflowing dtype, a broken checkpoint)."""
 
 
+def article(word: str) -> str:
+    """'an' before a vowel (an angular run, an unknown run), else 'a' (a prune run): for messages that name a kind."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its type name when empty): what a one-line error quotes."""
     text = str(exc).strip()

@@ -4,6 +4,7 @@ numbers, not by looking."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,9 @@ from layerprobe.plots.bars import prune_bars
 from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.report.findings import conflicts, findings
 from layerprobe.runs.read import Run
+
+
+DEMO = Path(__file__).parent / "data" / "demo"
 
 
 def distances(num_layers=4):
@@ -188,3 +192,69 @@ def test_the_heal_figure_marks_where_healing_starts_and_the_unpruned_models_ppl(
     assert ppl_ax.get_ylim()[0] < 19.2  # the floor is inside the panel
     assert "unpruned model" not in [line.get_label() for line in kl_ax.lines]  # the kl's floor is 0 by definition
     assert "unpruned model" not in [line.get_label() for line in heal_plot(table, "t").axes[1].lines]
+
+
+# ---- issue 39, item 7: what a figure or a line of text says is true and explained where it is read -------------
+
+
+def test_a_log_cost_axis_says_so_and_writes_the_values_it_compresses():
+    delta = np.array([43323.0, 401.0, 27.0] + [3.0 + i % 5 for i in range(26)] + [535.0])
+    ax = prune_bars([str(i) for i in range(30)], delta, "ppl", "t").axes[0]
+    assert "log above" in ax.get_ylabel() and ax.get_ylabel().startswith("$\\Delta P$ (ppl")
+    written = {t.get_text().strip() for t in ax.texts}
+    edge = next(line.get_ydata()[0] for line in ax.lines if line.get_linestyle() == ":")  # where the log part starts
+    assert f"linear to {edge:g}, log above" in ax.get_ylabel()
+    assert written == {f"{d:+,.0f}" for d in delta if d > edge} >= {"+43,323", "+401", "+535"}  # the log part's bars
+    low, high = ax.get_ylim()
+    assert high > 43323 and low == 0  # every value written inside the axes
+
+
+def test_a_linear_cost_axis_has_a_plain_label():
+    ax = prune_bars([str(i) for i in range(6)], np.array([0.1, 0.2, 0.15, 0.3, 0.2, 0.25]), "kl", "t").axes[0]
+    assert ax.get_ylabel() == "$\\Delta P$ (kl)" and not ax.texts
+
+
+def test_the_heatmap_says_what_its_red_boxes_are():
+    fig = angular_heatmap(distances(), "t")
+    boxes = [p for p in fig.axes[0].patches if p.get_edgecolor()[:3] == (1.0, 0.0, 0.0)]
+    assert len(boxes) == 4  # one per block size
+    assert any(t.get_text().startswith("Red box: the smallest distance of each block size") for t in fig.texts)
+
+
+def test_every_heal_panel_has_a_unit_and_starts_at_its_floor():
+    from layerprobe.plots.heal import heal_plot
+
+    table = pd.DataFrame({"step": [0, 1, 2], "loss": [None, 3.0, 2.5], "lr": [0.0, 1e-4, 1e-4],
+                          "heldout_ppl": [47.0, None, 21.0], "heldout_kl": [0.917, None, 0.716]})
+    loss_ax, ppl_ax, kl_ax = heal_plot(table, "t", unpruned_ppl=19.2).axes
+    assert "nats" in loss_ax.get_ylabel() and ppl_ax.get_ylabel() == "perplexity" and "nats" in kl_ax.get_ylabel()
+    assert kl_ax.get_ylim()[0] == 0.0 and ppl_ax.get_ylim()[0] == 1.0  # 0.72-0.92 is not drawn as the whole range
+
+
+def test_layers_table_names_its_last_row_as_the_last_blocks_output():
+    from layerprobe.report.tables import angular_table
+    from layerprobe.runs.read import load_run
+
+    table = angular_table(load_run(DEMO / "angular"))  # MiniLM: 6 blocks, 7 block inputs x_0..x_6
+    assert list(table["layer"]) == ["0", "1", "2", "3", "4", "5", "6 (output of block 5)"]
+    assert table.iloc[-1].isna().any() and not table.iloc[:-1].drop(columns="layer").isna().any().any()
+
+
+def test_the_report_title_names_every_model(tmp_path):
+    from layerprobe.report.page import report_runs
+
+    report = report_runs([str(DEMO)], str(tmp_path / "page"))
+    first = (tmp_path / "page" / "report.md").read_text().splitlines()[0]
+    assert first == "# layerprobe report: gemma3, llama-71m, minilm, smollm2", first
+    assert report is not None
+
+
+def test_messages_use_an_before_a_vowel_and_speeds_keep_their_digits():
+    from layerprobe.cli.export import _speed
+    from layerprobe.errors import RunError
+    from layerprobe.runs.compare import compare_runs
+    from layerprobe.runs.read import load_run
+
+    with pytest.raises(RunError, match="cannot compare an angular run with a prune run"):
+        compare_runs(load_run(DEMO / "angular"), load_run(DEMO / "prune-drift"), {}, None)
+    assert [_speed(v) for v in (2.93, 3.41, 56.74, 1234.4)] == ["2.93", "3.41", "56.7", "1,234"]

@@ -35,10 +35,15 @@ def export(
                   f"{done['verified_max_difference']:.2g}", highlight=False)
 
 
+def _speed(value: float) -> str:
+    """Tokens per second with the digits that tell two speeds apart: 1,234 and 56.7, never 3 vs 3 for 2.9 vs 3.4."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
 def show_gain(gain: dict, device: str) -> None:
     """The gain as users serve the model: each ratio shortened over original (export and heal)."""
-    decode = (f"; decode {gain['decode_speed_ratio']:.2f}x the tokens/s ({gain['decode_tokens_per_second_exported']:,.0f} "
-              f"vs {gain['decode_tokens_per_second_original']:,.0f}, batch {gain['decode_batch']}, "
+    decode = (f"; decode {gain['decode_speed_ratio']:.2f}x the tokens/s ({_speed(gain['decode_tokens_per_second_exported'])} "
+              f"vs {_speed(gain['decode_tokens_per_second_original'])} tokens/s, batch {gain['decode_batch']}, "
               f"{gain['decode_new_tokens']} new tokens)" if gain.get("decode_speed_ratio") else "")
     kv = (f"; KV cache {gain['kv_cache_ratio']:.2f}x ({gain['kv_cache_bytes_per_token_exported']:,.0f} bytes/token)"
           if gain.get("kv_cache_ratio") is not None else "")

@@ -38,12 +38,28 @@ def placement(model: Any, stack: Any) -> dict:
     return {"placement": model_placement(per_block), "placement_by_layer": per_block}
 
 
+def model_name(model: Any) -> str:
+    """How the monitor run names its model: the checkpoint it was loaded from; for a model built from a config
+    (training from scratch), its in-house size (llama-71m) or model type and size, never a Python class name."""
+    config = getattr(model, "config", None)
+    if getattr(config, "name_or_path", ""):
+        return str(config.name_or_path)
+    from layerprobe.models.inhouse.configuration import size_name
+
+    size = size_name(config) if config is not None else None
+    if size is not None:
+        return size
+    count = sum(p.numel() for p in model.parameters())
+    size = f"{count / 1e6:.0f}m" if count >= 1e6 else f"{count / 1e3:.0f}k"
+    return f"{getattr(config, 'model_type', None) or type(model).__name__}-{size}"
+
+
 def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
     """monitor.csv, monitor.png, summary.json, manifest.json of a LayerMonitor's rows."""
     table = monitor.table().sort_values(["step", "layer"]).reset_index(drop=True)
     model = monitor.model
     param = next(model.parameters())
-    name = str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
+    name = model_name(model)
     crossover = crossover_step(table)
     data = monitor.settings.data
     facts = {"model": name, "architecture": type(model).__name__, "layers_path": monitor.stack.path,

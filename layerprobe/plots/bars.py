@@ -16,9 +16,10 @@ def aligned_zero(bars: tuple[float, float], line_top: float) -> tuple[float, flo
     return low / high * line_top, line_top
 
 
-def symlog_axis(ax: Any, linear_to: float, top: float) -> None:
+def symlog_axis(ax: Any, linear_to: float, top: float) -> float:
     """Linear from 0 to a round `linear_to` (ticks inside it too, so the typical bars can be read), then one tick
-    per decade up to `top`."""
+    per decade up to `top`; the edge is drawn as a dotted line. Returns the edge (the caller names it in the
+    y label)."""
     import math
 
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -32,6 +33,8 @@ def symlog_axis(ax: Any, linear_to: float, top: float) -> None:
     ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}" if abs(v) < 1e4 else
                                                f"{'-' if v < 0 else ''}$10^{{{round(math.log10(abs(v)))}}}$"))
+    ax.axhline(edge, color="grey", linestyle=":", linewidth=0.8)
+    return edge
 
 
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
@@ -52,13 +55,22 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
     if len(delta) > 4 and middle > 0 and float(np.max(np.abs(delta))) > 100 * middle:
         # one removal costs 100x the typical one (layer 0 of a Pre-LN model): linear up to the typical cost,
         # logarithmic beyond, so the other bars stay readable
-        symlog_axis(ax, middle * 4, float(np.max(np.abs(delta))))
+        edge = symlog_axis(ax, middle * 4, float(np.max(np.abs(delta))))
+        scale = f"; linear to {edge:g}, log above"
+        for i, d in enumerate(delta):  # on a log scale a bar's height hides its size: its value is written on it
+            if abs(d) > edge:
+                ax.text(i, d, f" {d:+,.0f}" if abs(d) >= 100 else f" {d:+.3g}", ha="center",
+                        va="bottom" if d > 0 else "top", fontsize=6, rotation=90)
+        low, high = ax.get_ylim()
+        ax.set_ylim(low * (30 if low < -edge else 1), high * 30 if high > edge else high)  # room for the values
+    else:
+        scale = ""
     layer_ticks(ax, range(len(labels)), kinds, "Removed layer $\\ell$" if block == 1 else
                 f"Removed block of {block} layers, from $\\ell$", labels)
     ax.tick_params(axis="x", labelrotation=90 if len(labels) > 24 else 0)
     ax.tick_params(labelsize=8)
     ax.xaxis.label.set_fontsize(9)
-    ax.set_ylabel(f"$\\Delta P$ ({metric})", fontsize=9)
+    ax.set_ylabel(f"$\\Delta P$ ({metric}{scale})", fontsize=9)
     ax.set_title(title, fontsize=10)
     handles = ax.get_legend_handles_labels()
     if distance is not None:

@@ -15,9 +15,11 @@ def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
     trained = table[table["step"] > 0]
     loss_ax.plot(trained["step"], trained["loss"], color="#2e86c1", linewidth=1.0)
     loss_ax.set_title("training loss", fontsize=9)
+    loss_ax.set_ylabel("loss per token (nats)", fontsize=8)
     scored = table.dropna(subset=["heldout_ppl"])
-    for ax, column, colour, name in ((ppl_ax, "heldout_ppl", "#27ae60", "held-out ppl"),
-                                     (kl_ax, "heldout_kl", "#c0392b", "held-out KL(unpruned || healed)")):
+    for ax, column, colour, name, unit in ((ppl_ax, "heldout_ppl", "#27ae60", "held-out ppl", "perplexity"),
+                                           (kl_ax, "heldout_kl", "#c0392b", "held-out KL(unpruned || healed)",
+                                            "KL per token (nats)")):
         ax.plot(scored["step"], scored[column], color=colour, marker="o", markersize=3, linewidth=1.2)
         if len(scored):
             ax.axhline(scored[column].iloc[0], color="black", linestyle=":", linewidth=0.8, label="before healing")
@@ -25,6 +27,11 @@ def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
                 ax.axhline(unpruned_ppl, color="grey", linestyle="--", linewidth=0.8, label="unpruned model")
             ax.legend(fontsize=7)
         ax.set_title(name, fontsize=9)
+        ax.set_ylabel(unit, fontsize=8)
+        # from the floor of each quantity (kl 0, ppl 1): a change of 0.05
+        # must not fill the panel as if it were the whole distance
+        floor = 0.0 if column == "heldout_kl" else 1.0
+        ax.set_ylim(bottom=floor)
     for ax in (loss_ax, ppl_ax, kl_ax):
         ax.set_xlabel("step")
         ax.tick_params(labelsize=8)

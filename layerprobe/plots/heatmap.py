@@ -87,5 +87,8 @@ def heatmap_of_grid(grid: np.ndarray, title: str, limits: tuple[float, float] | 
     scale = ", shared scale" if limits is not None else ""  # one range for the runs shown together
     bar.set_label(f"$d(x^\\ell, x^{{\\ell+n}})${scale}", fontsize=8)
     bar.ax.tick_params(labelsize=8)
-    fig.tight_layout()
+    # what the red boxes mean, in the figure itself, under the axes (never over a cell)
+    fig.text(0.01, 0.01, "Red box: the smallest distance of each block size $n$, the block to remove first.",
+             fontsize=7, ha="left", va="bottom", color="#b00000")
+    fig.tight_layout(rect=(0, 0.035, 1, 1))
     return fig

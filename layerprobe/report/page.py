@@ -206,5 +206,6 @@ def report_runs(paths: list[str], out: str | None = None) -> Report:
     if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it
         folder = next(folder / f"report-{n}" for n in range(2, 10_000) if not (folder / f"report-{n}").exists())
     models = sorted({r.model for r in runs})
-    title = f"layerprobe report: {', '.join(models[:3])}{' ...' if len(models) > 3 else ''}"
+    shown = models if len(models) <= 5 else [*models[:4], f"and {len(models) - 4} more"]
+    title = f"layerprobe report: {', '.join(shown)}"
     return write_report(runs, folder, title)

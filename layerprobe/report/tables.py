@@ -18,7 +18,11 @@ def angular_table(run: Run) -> Any:
                   key=lambda name: name != "distance_next")  # d(l, 1) first: what the plot shows
     extra = [c.name for c in shown if c.optional and c.name != "layer_type" and layers[c.name].notna().any()]
     labels = {c.name: c.label for c in shown if c.label}
-    return layers[["layer", *kinds, *core, *extra]].rename(columns=labels)
+    table = layers[["layer", *kinds, *core, *extra]].rename(columns=labels)
+    # the last row is x_L, the last block's output, not a block: it has no d(l, 1) or Block Influence of its own
+    last = int(table["layer"].max())
+    table["layer"] = [f"{v} (output of block {v - 1})" if v == last else str(v) for v in table["layer"]]
+    return table
 
 
 def prune_table(run: Run) -> Any:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from layerprobe.errors import ConfigError, RunError
+from layerprobe.errors import ConfigError, RunError, article
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
@@ -107,7 +107,8 @@ def compare_folders(baseline: str, new: str, tolerance: dict[str, float]) -> Com
 def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparison, name: str = "") -> None:
     where = f"'{name}': " if name else ""
     if old.command != new.command:
-        raise RunError(f"{where}cannot compare a {old.command} run with a {new.command} run: pass two runs of one command.")
+        raise RunError(f"{where}cannot compare {article(old.command)} {old.command} run with {article(new.command)} "
+                       f"{new.command} run: pass two runs of one command.")
     layers_old, layers_new = old.summary.get("num_layers"), new.summary.get("num_layers")
     if layers_old is not None and layers_new is not None and layers_old != layers_new:
         raise RunError(f"{where}the runs have different layer counts ({layers_old} vs {layers_new}): "

@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
-from layerprobe.errors import RunError, first_line
+from layerprobe.errors import RunError, article, first_line
 
 T = TypeVar("T")
 
@@ -277,7 +277,8 @@ def check_resumable(folder: Path, command: str) -> None:
         except (json.JSONDecodeError, AttributeError):
             found = None
         if found != command:
-            raise RunError(f"--resume: '{folder}' holds a {found or 'unknown'} run, not a {command} run: pass the "
+            raise RunError(f"--resume: '{folder}' holds {article(found or 'unknown')} {found or 'unknown'} run, not "
+                           f"{article(command)} {command} run: pass the "
                            f"--out of the interrupted {command} run.")
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from layerprobe.commands.prune.outputs import write_prune_outputs
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
-from layerprobe.errors import ConfigError, RunError
+from layerprobe.errors import ConfigError, RunError, article
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.read import load_run
 from layerprobe.settings import identity
@@ -29,7 +29,7 @@ def _check_slices(runs: list) -> int:
     """Every run a shard of the same N, each K once; returns N."""
     for run in runs:
         if run.command != "prune":
-            raise RunError(f"'{run.folder}' is a {run.command} run: merge joins the run folders of `prune --shard K/N`.")
+            raise RunError(f"'{run.folder}' is {article(run.command)} {run.command} run: merge joins the run folders of `prune --shard K/N`.")
         if not isinstance(run.summary.get("shard"), dict):
             raise RunError(f"'{run.folder}' is not a shard (it ran without --shard): merge joins the run folders of "
                            "`prune --shard K/N`.")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprobe.errors import ConfigError, RunError
+from layerprobe.errors import ConfigError, RunError, article
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
@@ -39,7 +39,7 @@ def find_angular(folder: Path, explicit: str | None, model: str | None = None, w
     if explicit:
         run = load_run(explicit)
         if run.command != "angular":
-            raise RunError(f"--angular '{explicit}' holds a {run.command} run: pass a `layerprobe angular` run folder.")
+            raise RunError(f"--angular '{explicit}' holds {article(run.command)} {run.command} run: pass a `layerprobe angular` run folder.")
         theirs = run.summary.get("weights")
         if weights is not None and theirs is not None and theirs != weights:
             raise RunError(f"--angular '{explicit}' measured other weights ({str(theirs)[:30]}...) than this run's "

@@ -83,3 +83,11 @@ def make_config(size: str = "tiny", placement: str = "pre", **overrides: Any) ->
     if overrides.get("norm_type", "rmsnorm") not in NORM_TYPES:
         raise ConfigError(f"Unknown --norm-type '{overrides['norm_type']}': use rmsnorm or layernorm.")
     return ProbeLlamaConfig(**{**SIZES[size], "norm_placement": placement, **overrides})
+
+
+def size_name(config: Any) -> str | None:
+    """The named size (SIZES) a config was made from, by its shape; None for any other config."""
+    for name, shape in SIZES.items():
+        if all(getattr(config, key, None) == value for key, value in shape.items()):
+            return name
+    return None
