@@ -114,7 +114,7 @@ def test_unfinished_and_foreign_folders(model_dirs, tmp_path):
     angular = tmp_path / "angular"
     assert invoke("angular", model_dirs["llama"], *TINY, "--out", angular).exit_code == 0
     assert_error(invoke("prune", model_dirs["llama"], "--task", "kl", *TINY, "--resume", "--out", angular),
-                 "holds a angular run, not a prune run")
+                 "holds an angular run, not a prune run")
     summary = json.loads((angular / "summary.json").read_text())
     assert summary["command"] == "angular"  # untouched
     (angular / LOCK).write_text(f"999999999@{socket.gethostname()}\n")  # a run killed while writing

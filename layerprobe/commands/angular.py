@@ -132,7 +132,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     import torch
 
     accumulator = AngularAccumulator(len(probe.stack) + 1, device=probe.device)
-    done = _Pass(accumulator, [], 0, LensAccumulator(len(probe.stack) + 1, config.lens_tokens) if lens else None)
+    done = _Pass(accumulator, [], 0, LensAccumulator(len(probe.stack) + 1, lens_limit(config, probe)) if lens else None)
     done.routing = RouterAccumulator(probe.model, probe.stack)
     done.sampled, counters = _restore(checkpoint, done)
     sampled = done.sampled
@@ -196,16 +196,13 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
                        head=head, checked=(corpus,))
     lens = head == "causal-lm"
-    if lens and config.lens_tokens is None:  # the default: fewer positions for a larger vocabulary (metrics/lens.py)
-        vocab = probe.model.get_output_embeddings().weight.shape[0]
-        config = dataclasses.replace(config, lens_tokens=default_lens_tokens(vocab, config.data.tokens))
     if lens and probe.loaded.new_head:
         probe.warnings.append(f"No logit lens: the checkpoint has no trained LM head ({', '.join(probe.loaded.new_head)} "
                               "missing); logit_lens_kl is left empty.")
         lens = False
     checkpoint = None
     if world.size == 1:
-        identity = probe.identity(config) | {"resolved.lens_tokens": config.lens_tokens if lens else 0, "sums": 2}
+        identity = probe.identity(config) | {"resolved.lens_tokens": lens_limit(config, probe) if lens else 0, "sums": 2}
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
             checkpoint.clear()  # a --resume without a saved pass (killed before its first save) starts afresh
@@ -260,6 +257,16 @@ def measure_into(folder: Path | None, config: AngularConfig, probe: Any, progres
     if checkpoint is not None:
         checkpoint.clear()  # the outputs are written: nothing left to resume
     return run
+
+
+def lens_limit(config: AngularConfig, probe: Any) -> int:
+    """The lens positions: --lens-tokens, or by default fewer for a larger vocabulary and a shorter run
+    (metrics/lens.py default_lens_tokens). The settings keep what was given (None); the count used is in
+    summary.json's logit_lens_tokens."""
+    if config.lens_tokens is not None:
+        return config.lens_tokens
+    vocab = probe.model.get_output_embeddings().weight.shape[0]
+    return default_lens_tokens(vocab, config.data.tokens)
 
 
 def lens_head(config: AngularConfig) -> str:
