@@ -258,3 +258,13 @@ def test_messages_use_an_before_a_vowel_and_speeds_keep_their_digits():
     with pytest.raises(RunError, match="cannot compare an angular run with a prune run"):
         compare_runs(load_run(DEMO / "angular"), load_run(DEMO / "prune-drift"), {}, None)
     assert [_speed(v) for v in (2.93, 3.41, 56.74, 1234.4)] == ["2.93", "3.41", "56.7", "1,234"]
+
+
+def test_the_overlay_legend_sits_beside_the_lines():
+    from layerprobe.plots.overlay import overlay_figure
+
+    series = [(f"run {i}", list(range(10)), list(np.linspace(0, 1, 10)[::(-1) ** i]), 10) for i in range(4)]
+    fig = overlay_figure(series, "y", "t")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1  # right of the axes

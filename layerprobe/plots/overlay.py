@@ -17,6 +17,8 @@ def overlay_figure(series: list[tuple[str, Any, Any, int]], ylabel: str, title: 
     ax.set_xlabel("Relative depth l / (L - 1)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, frameon=False)
+    # beside the axes, never over the lines (four runs' lines fill the whole box)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.set_figwidth(7 + 1.6)
     fig.tight_layout()
     return fig
