@@ -18,7 +18,7 @@ from typing import Any
 
 from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_sets
-from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
+from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.strategies import STRATEGIES
@@ -35,10 +35,12 @@ from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import CURVE, names
+from layerprobe.runs.columns import CURVE, CURVE_PAIRED as PAIRED_COLUMNS, names
+from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
 
 CURVE_COLUMNS = names(CURVE)  # runs/columns.py
+CURVE_PAIRED = names(PAIRED_COLUMNS)  # the paired interval of each point's delta (evaluation/records.py)
 
 CurveRun = RunResult  # tables: curve (CURVE_COLUMNS), scores (the prune rows of every scored set)
 
@@ -197,8 +199,9 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
             table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
                           "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
                           "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep),
-                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan)})
-    return pd.DataFrame(table, columns=CURVE_COLUMNS)
+                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan),
+                          **{c: row.get(c, False if c == "significant" else math.nan) for c in CURVE_PAIRED}})
+    return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED)
 
 
 def verdicts(table: Any) -> dict:
@@ -251,7 +254,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         higher = task.run(job)
     healed = heal_sets(config, probe, job.variants, ledger, progress)  # outside inference mode: it trains
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
-    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers, healed)
+    scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
+                          task.facts(job).get("groups"))
+    table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed)
     baseline = float(table["baseline"].iloc[0])
     chance = chance_of(config.task, metric)  # drawn as a line on the plot
     if task.needs_corpus and "greedy" in settings.strategies:
@@ -265,10 +270,11 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
                "heal_steps": settings.heal_steps, "healed_baseline": healed.get(UNPRUNED),
+               "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
-    return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
+    return write_run(folder, "curve", tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)
