@@ -8,13 +8,14 @@ metrics' per-sequence sums. Nothing here imports lm_eval.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, score
+from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
 FILE = "samples.csv.gz"
@@ -119,7 +120,7 @@ def read(folder: Path) -> list[dict] | None:
     path = Path(folder) / FILE
     if not path.is_file():
         return None
-    table = pd.read_csv(path, float_precision="round_trip", dtype={"removed": str, "task": str})
+    table = pd.read_csv(path, dtype={"removed": str, "task": str})
     return [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
             for row in table.to_dict("records")]
 
@@ -199,6 +200,9 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
                             for k in (0, 1))
             if _close(base, float(row.baseline)) and _close(pruned, float(row.pruned)):
                 found = (contrast(*args), candidate)
+                exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
+                if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
+                    found = (dataclasses.replace(found[0], p=exact), candidate)
                 break
         if found is None:
             out.append(missing[0])
@@ -227,7 +231,8 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
     wide = Wide(frame(records))
     for metric, rows in table.groupby("metric", sort=False):
         found = metric_intervals(wide, str(metric), rows, task, groups or {})
-        flags = holm([dp.p for dp, _ in found])
+        # significant: Holm's correction over this metric's variants, and the interval excludes 0
+        flags = [flag and (dp.lo > 0 or dp.hi < 0) for flag, (dp, _) in zip(holm([dp.p for dp, _ in found]), found)]
         for index, (dp, ll), flag in zip(rows.index, found, flags):
             table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
             table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi"]] = [ll.delta, ll.lo, ll.hi]

@@ -9,6 +9,8 @@ exponential of such a ratio (perplexity). A change is a contrast, the sum of coe
 - mean and ratio: the analytic paired standard error from each document's influence on the contrast (for a mean,
   the plain paired stderr sd(d) / sqrt(n)); documents may fall in strata (the subtasks of a group) with weights;
   the interval and p-value from Student's t with n - strata degrees of freedom.
+- 0/1 scores (accuracy, exact match) averaged over every document alike: the p-value is McNemar's exact test on the
+  documents whose answer changed (the t interval is kept beside it).
 - exp_ratio: a paired bootstrap over documents (the same documents resampled for every condition, within strata),
   seed 0, 2,000 resamples; its standard deviation is the standard error, the interval and p-value are normal.
 
@@ -134,6 +136,20 @@ def _bootstrap_stderr(stat: Statistic, strata: np.ndarray, values: list, coeffic
         ratio = v[rows].sum(axis=1) / t[rows].sum(axis=1)
         draws += c * (np.exp(ratio) if stat.kind == "exp_ratio" else ratio)
     return float(draws.std(ddof=1))
+
+
+def mcnemar(before: np.ndarray, after: np.ndarray) -> float | None:
+    """McNemar's exact two-sided p-value for paired 0/1 scores (the binomial test of the documents that changed:
+    b went 1 -> 0, c went 0 -> 1, under p = 1/2), or None when the scores are not all 0 or 1."""
+    from scipy import stats
+
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if not (np.isin(before, (0.0, 1.0)).all() and np.isin(after, (0.0, 1.0)).all()):
+        return None
+    lost, gained = int(((before == 1) & (after == 0)).sum()), int(((before == 0) & (after == 1)).sum())
+    if lost + gained == 0:
+        return 1.0
+    return float(min(1.0, 2 * stats.binom.cdf(min(lost, gained), lost + gained, 0.5)))
 
 
 def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:

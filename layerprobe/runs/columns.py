@@ -67,7 +67,8 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records"),
     Column("delta_lo", "lower end of dP's 95% interval (Student's t with n - 1 degrees of freedom; ppl: normal)"),
     Column("delta_hi", "upper end of dP's 95% interval"),
-    Column("p_value", "two-sided p-value of dP = 0 from the same statistic, before correction"),
+    Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
+           "exact match) over every document alike, else from the interval's statistic"),
     Column("significant", "dP differs from 0 after Holm's correction over the variants of this metric (family-wise "
            "error 0.05): the interval excludes 0 and survives the correction", number=False),
     Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
