@@ -113,14 +113,21 @@ def write(folder: Path, rows: list[dict]) -> Path:
     return path
 
 
-def read(folder: Path) -> list[dict] | None:
-    """The records of a run folder (None without a records file)."""
+def read_frame(folder: Path) -> Any:
+    """The records of a run folder as a DataFrame (None without a records file)."""
     import pandas as pd
 
     path = Path(folder) / FILE
     if not path.is_file():
         return None
-    table = pd.read_csv(path, dtype={"removed": str, "task": str})
+    return pd.read_csv(path, dtype={"removed": str, "task": str})
+
+
+def read(folder: Path) -> list[dict] | None:
+    """The records of a run folder (None without a records file)."""
+    table = read_frame(folder)
+    if table is None:
+        return None
     return [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
             for row in table.to_dict("records")]
 
@@ -239,6 +246,31 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
             table.loc[index, "significant"] = bool(flag)
     table["significant"] = table["significant"].astype(bool)
     return pd.DataFrame(table)
+
+
+def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, label: str | None) -> Interval | None:
+    """`compare`: the paired interval of the change between two runs scored on the same documents: of the unpruned
+    score (label None), or of a variant's dP, (new pruned - new unpruned) - (old pruned - old unpruned), every
+    document entering all four. None where either run lacks the records or they cover other documents."""
+    column, stat = statistic(metric)
+    a, b = old.column(column), new.column(column)
+    wanted = [UNPRUNED] if label is None else [label, UNPRUNED]
+    if a is None or b is None or any(w not in a or w not in b for w in wanted):
+        return None
+    tasks = sorted(set(a.index.get_level_values("task")))
+    scope = _scope(metric, task, groups, tasks)
+    a, b = (t[t.index.get_level_values("task").isin(scope)][wanted].dropna() for t in (a, b))
+    if a.empty or len(a) != len(b) or not a.index.equals(b.index):
+        return None
+    coefficients = [-1.0, 1.0] if label is None else [-1.0, 1.0, 1.0, -1.0]
+    values = [a[UNPRUNED], b[UNPRUNED]] if label is None else [a[label], a[UNPRUNED], b[label], b[UNPRUNED]]
+    counts = None
+    if stat.kind != "mean":
+        ta, tb = (t.column("tokens").loc[a.index] for t in (old, new))
+        counts = [ta[UNPRUNED], tb[UNPRUNED]] if label is None else [ta[label], ta[UNPRUNED], tb[label], tb[UNPRUNED]]
+        counts = [c.to_numpy() for c in counts]
+    strata = a.index.get_level_values("task").to_numpy()
+    return contrast(stat, strata, [v.to_numpy() for v in values], coefficients, counts)
 
 
 __all__ = ["CORRECTION", "UNPRUNED", "FILE", "add_intervals", "lm_eval_rows", "sequence_rows", "read", "write"]
