@@ -270,6 +270,8 @@ def curve_findings(run: Run) -> list[str]:
     layers = s.get("num_layers")
     tolerance = (f"{s['metric']} at least {s['keep']:g} of the unpruned {s['baseline']:.4g}" if s.get("higher_is_better")
                  else f"{s['metric']} within the tolerance of keep = {s['keep']:g}")
+    if s.get("keep_by") == "bound":
+        tolerance += " (even at the worse end of its paired 95% interval)"
     out = []
     table = run.tables.get("curve")
     for strategy, verdict in s.get("curve", {}).items():

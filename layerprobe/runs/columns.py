@@ -104,7 +104,8 @@ CURVE = (  # curve.csv: one row per (strategy, k)
     Column("baseline", "the unpruned model's score"),
     Column("score", "the score without those layers"),
     Column("delta", "score - baseline"),
-    Column("within", "the score is within the --keep tolerance", number=False),
+    Column("within", "the score (--keep-by bound: the worse end of its paired 95% interval) is within the --keep "
+           "tolerance", number=False),
     Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
            optional=True),
 )

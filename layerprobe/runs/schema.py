@@ -119,6 +119,8 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
     "curve": RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
         Key("chance", F, "the task's chance accuracy, where known", optional=True),
         Key("keep", F, "--keep: the tolerance rule's share"),
+        Key("keep_by", S, "--keep-by: what the tolerance judged, point (the score) or bound (the worse end of its "
+            "paired 95% interval)", required=False),
         Key("max_removed", I, "largest k"),
         Key("strategies", L, "the strategies scored"),
         Key("greedy_metric", S, "what greedy minimized", optional=True),
