@@ -248,13 +248,15 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
     return pd.DataFrame(table)
 
 
-def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, label: str | None) -> Interval | None:
+def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, label: str | None,
+                    score_only: bool = False) -> Interval | None:
     """`compare`: the paired interval of the change between two runs scored on the same documents: of the unpruned
-    score (label None), or of a variant's dP, (new pruned - new unpruned) - (old pruned - old unpruned), every
-    document entering all four. None where either run lacks the records or they cover other documents."""
+    score (label None), of a variant's score (score_only), or of its dP, (new pruned - new unpruned) - (old pruned -
+    old unpruned), every document entering all four. None where either run lacks the records or they cover other
+    documents."""
     column, stat = statistic(metric)
     a, b = old.column(column), new.column(column)
-    wanted = [UNPRUNED] if label is None else [label, UNPRUNED]
+    wanted = [UNPRUNED] if label is None else [label] if score_only else [label, UNPRUNED]
     if a is None or b is None or any(w not in a or w not in b for w in wanted):
         return None
     tasks = sorted(set(a.index.get_level_values("task")))
@@ -262,13 +264,14 @@ def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, 
     a, b = (t[t.index.get_level_values("task").isin(scope)][wanted].dropna() for t in (a, b))
     if a.empty or len(a) != len(b) or not a.index.equals(b.index):
         return None
-    coefficients = [-1.0, 1.0] if label is None else [-1.0, 1.0, 1.0, -1.0]
-    values = [a[UNPRUNED], b[UNPRUNED]] if label is None else [a[label], a[UNPRUNED], b[label], b[UNPRUNED]]
+    # one term per (run, condition): the new run's conditions counted +, the old run's -, dP's unpruned reversed
+    signs = [1.0] if len(wanted) == 1 else [1.0, -1.0]
+    coefficients = [-s for s in signs] + signs
+    values = [a[w] for w in wanted] + [b[w] for w in wanted]
     counts = None
     if stat.kind != "mean":
         ta, tb = (t.column("tokens").loc[a.index] for t in (old, new))
-        counts = [ta[UNPRUNED], tb[UNPRUNED]] if label is None else [ta[label], ta[UNPRUNED], tb[label], tb[UNPRUNED]]
-        counts = [c.to_numpy() for c in counts]
+        counts = [ta[w].to_numpy() for w in wanted] + [tb[w].to_numpy() for w in wanted]
     strata = a.index.get_level_values("task").to_numpy()
     return contrast(stat, strata, [v.to_numpy() for v in values], coefficients, counts)
 

@@ -8,6 +8,11 @@ Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]):
     gradnorm  relative change of any block's gradient norm (params or input)    default 0.25
               (monitor runs: of each block's gradient norm at each measured step)
     variance  relative change of any block's output variance                   default 0.25
+
+Sampling noise: when both prune (or curve) runs hold per-document records (samples.csv.gz) of the same documents,
+a baseline, dP or curve score check fails only when its change is beyond the tolerance AND beyond its paired 95%
+interval from the records (a change inside it is sampling noise); the check's `rule` and the verdict say which rule
+decided. Records that do not reproduce the tables' numbers, or cover other documents, leave the tolerance alone.
 """
 
 from __future__ import annotations
@@ -176,12 +181,13 @@ class Noise:
         self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
         self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
 
-    def check(self, check: Check, metric: str, label: str | None, worse: float | None = None) -> Check:
+    def check(self, check: Check, metric: str, label: str | None, worse: float | None = None,
+              score_only: bool = False) -> Check:
         """The check decided by tolerance and interval together where the records give one (worse: the change in
-        the bad direction, for the baseline check)."""
+        the bad direction, for the baseline check; score_only: a curve point's score, not its dP)."""
         if self.wide is None:
             return check
-        found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label)
+        found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
         if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
             return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
         beyond = found.lo > 0 or found.hi < 0
@@ -230,12 +236,15 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     b = new.tables["curve"].set_index(["strategy", "k"])
     _same_keys(a.index, b.index, "curve.csv (strategies, k)")
     limit = tol["prune"] * max(abs(float(a["baseline"].iloc[0])), float(a["delta"].abs().max()), 1e-12)
+    noise = Noise(old, new)
     for (strategy, k), row in a.iterrows():
         other = b.loc[(strategy, k)]
         delta = float(other["score"]) - float(row["score"])
-        into.checks.append(Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]),
-                                 float(other["score"]), delta, limit, outside(float(row["score"]), float(other["score"]),
-                                                                               delta, limit)))
+        check = Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]), float(other["score"]),
+                      delta, limit, outside(float(row["score"]), float(other["score"]), delta, limit))
+        if str(row["removed"]) == str(other["removed"]):  # the same layers: their documents' scores pair up
+            check = noise.check(check, str(row["metric"]), str(row["removed"]), score_only=True)
+        into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
 
