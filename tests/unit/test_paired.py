@@ -150,3 +150,29 @@ def test_keep_by_bound_judges_the_worse_end_of_the_interval():
     bound = curve_table(sets, rows, "acc", True, 0.9, 4, keep_by="bound")
     assert point["within"].tolist() == [True, True] and bound["within"].tolist() == [False, True]
     assert bound["delta_lo"].iloc[0] == -0.08 and not bound["significant"].iloc[0]
+
+
+def test_a_group_metric_reads_its_subtasks_records_with_lm_evals_weighting():
+    """MMLU-like: acc of group g over subtasks a (4 questions) and b (6): lm-eval's weight_by_size mean is the mean
+    over all 10; a group averaging its subtasks alike gives another score, and the records find which one the
+    table holds; acc/a reads a's documents alone."""
+    before = {"a": [1, 1, 0, 0], "b": [1, 1, 1, 0, 0, 0]}
+    after = {"a": [0, 0, 0, 0], "b": [1, 1, 1, 1, 0, 0]}
+    rows = [{"removed": name, "task": t, "doc_id": i, "acc": float(v)}
+            for name, scores in (("unpruned", before), ("1", after)) for t in "ab" for i, v in enumerate(scores[t])]
+    by_size = (np.mean(before["a"] + before["b"]), np.mean(after["a"] + after["b"]))
+    alike = (np.mean([np.mean(before[t]) for t in "ab"]), np.mean([np.mean(after[t]) for t in "ab"]))
+    only_a = (np.mean(before["a"]), np.mean(after["a"]))
+    table = pd.DataFrame([{"layer": 1, "block": 1, "removed": "1", "metric": m, "baseline": b, "pruned": p,
+                           "delta": p - b} for m, (b, p) in (("acc", by_size), ("acc/a", only_a))])
+    got = records_module.add_intervals(table, rows, "g", {"g": ["a", "b"]})
+    d = {t: np.array(after[t], float) - np.array(before[t], float) for t in "ab"}
+    var = sum((len(d[t]) / 10) ** 2 * d[t].var(ddof=1) / len(d[t]) for t in "ab")
+    assert got["delta_stderr"].iloc[0] == pytest.approx(math.sqrt(var), rel=1e-12)
+    assert got["delta_stderr"].iloc[1] == pytest.approx(d["a"].std(ddof=1) / 2, rel=1e-12)
+    macro = table.iloc[:1].assign(baseline=alike[0], pruned=alike[1], delta=alike[1] - alike[0])
+    alike_var = sum(0.25 * d[t].var(ddof=1) / len(d[t]) for t in "ab")
+    got = records_module.add_intervals(macro, rows, "g", {"g": ["a", "b"]})
+    assert got["delta_stderr"].iloc[0] == pytest.approx(math.sqrt(alike_var), rel=1e-12)
+    wrong = table.iloc[:1].assign(pruned=0.9)  # records that do not give the table's score: no interval
+    assert records_module.add_intervals(wrong, rows, "g", {"g": ["a", "b"]})["delta_stderr"].isna().all()
