@@ -176,3 +176,17 @@ def test_a_group_metric_reads_its_subtasks_records_with_lm_evals_weighting():
     assert got["delta_stderr"].iloc[0] == pytest.approx(math.sqrt(alike_var), rel=1e-12)
     wrong = table.iloc[:1].assign(pruned=0.9)  # records that do not give the table's score: no interval
     assert records_module.add_intervals(wrong, rows, "g", {"g": ["a", "b"]})["delta_stderr"].isna().all()
+
+
+def test_prune_png_draws_each_known_interval():
+    from matplotlib.container import ErrorbarContainer
+
+    from layerprobe.plots.bars import prune_bars
+
+    delta = np.array([-0.3, -0.01, 0.02])
+    fig = prune_bars(["0", "1", "2"], delta, "acc", "t", interval=(np.array([-0.4, -0.05, np.nan]),
+                                                                    np.array([-0.2, 0.03, np.nan])))
+    bars = [c for c in fig.axes[0].containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1
+    segments = bars[0].lines[2][0].get_segments()  # one vertical segment per known interval, at its ends
+    assert [(s[0][0], s[0][1], s[1][1]) for s in segments] == pytest.approx([(0, -0.4, -0.2), (1, -0.05, 0.03)])
