@@ -38,13 +38,13 @@ def _halves(values: list[float]) -> tuple[float, float]:
     return sum(values[:half]) / half, sum(values[-half:]) / half
 
 
-def _where(layers: list[int], chosen: list[int], what: str) -> str:
+def _where(layers: list[int], chosen: list[int], what: str, verb: str = "sit") -> str:
     """Where `chosen` layers sit in depth, as relative depth l / (L - 1) and the third of the stack."""
     depth = max(1, max(layers))
     relative = [layer / depth for layer in chosen]
     thirds = sorted({("first", "middle", "last")[min(2, int(3 * r))] for r in relative},
                     key=("first", "middle", "last").index)
-    return (f"{what} sit at relative depth {', '.join(f'{r:.2f}' for r in relative)} (0 = first block, 1 = last): "
+    return (f"{what} {verb} at relative depth {', '.join(f'{r:.2f}' for r in relative)} (0 = first block, 1 = last): "
             f"the {' and '.join(thirds)} third{'s' if len(thirds) > 1 else ''} of the stack.")
 
 
@@ -146,7 +146,7 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     if s.get("block", 1) == 1 and len(worse) and len(main) >= 3:
         out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in worse["layer"].head(3)],
                           f"The {min(3, len(worse))} costliest measurable removals" if len(worse) > 1
-                          else "The one measurable removal"))
+                          else "The one measurable removal", "sit" if len(worse) > 1 else "sits"))
     return out
 
 
