@@ -151,6 +151,9 @@ class CurveSettings:
     heal_lr: float = setting(2e-4, above=0, help="--heal-steps: peak learning rate of the healing.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
+    keep_by: str = setting("point", choices=("point", "bound"), help="--curve: what --keep judges: point (the "
+                           "score itself, the default) or bound (the worse end of the score's paired 95% interval, "
+                           "from the per-document records: a k counts only when even that is within tolerance).")
 
 
 @dataclass

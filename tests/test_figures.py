@@ -88,7 +88,8 @@ def test_conflicting_signals_are_named():
     prune = run_of("prune", {"model": "m", "metric": "kl", "higher_is_better": False, "task": "kl", "block": 1},
                    prune=pd.DataFrame({"layer": [0, 1, 2, 3], "metric": "kl", "delta": [5.0, 0.1, 0.2, 0.3]}))
     found = conflicts([angular, prune])
-    assert len(found) == 1 and "m: layer 0 changes the representation least (angular) yet is among" in found[0]
+    assert len(found) == 1 and ("m: layer 0 (d(l, 1) = 0.100, rank 1 of 4) is among the 2 layers that change the "
+                                "representation least (angular) yet among the 2 costliest to remove") in found[0]
     assert "what this layer does" in found[0] and "(s)" not in found[0]
     agree = run_of("prune", {"model": "m", "metric": "kl", "higher_is_better": False, "task": "kl", "block": 1},
                    prune=pd.DataFrame({"layer": [0, 1, 2, 3], "metric": "kl", "delta": [0.1, 5.0, 0.2, 6.0]}))

@@ -63,6 +63,12 @@ def test_resume_after_interruption(model_dirs, tmp_path):
     assert resumed.folder == tmp_path / "cut"
     assert resumed.table["pruned"].tolist() == pytest.approx(full.table["pruned"].tolist(), rel=1e-9)
     assert len(resumed.table) == 4
+    # the per-sequence records of the batch saved before the kill are kept, the rest added: the same rows
+    from layerprobe.evaluation.records import read_frame
+
+    cut, whole = read_frame(resumed.folder), read_frame(full.folder)
+    assert cut[["removed", "doc_id", "tokens"]].equals(whole[["removed", "doc_id", "tokens"]])
+    assert cut["total"].tolist() == pytest.approx(whole["total"].tolist(), rel=1e-9)
 
 
 def test_existing_run_is_not_overwritten(model_dirs, tmp_path):

@@ -248,6 +248,8 @@ def test_a_sweep_resumed_after_the_baseline_shares_the_prefix_again(model_dirs, 
     resumed = run_prune(config(tmp_path / "cut", resume=True))
     pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"),
                                   check_exact=True)
+    # the per-document records too, byte for byte: the killed part's rows kept, the rest added once
+    assert (resumed.folder / "samples.csv.gz").read_bytes() == (whole.folder / "samples.csv.gz").read_bytes()
     assert resumed.summary["shared_prefix"] is not None and not any("per variant" in w for w in resumed.warnings)
     assert resumed.summary["seconds"] > before > 0
     assert not list((tmp_path / "cut").glob(".*.tmp"))
@@ -292,6 +294,7 @@ def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(m
     first = next(done for stage, done, _ in again if stage.startswith("requests"))
     assert first >= len(saved) > 0  # the saved requests were not computed again
     pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"))
+    assert (resumed.folder / "samples.csv.gz").read_bytes() == (whole.folder / "samples.csv.gz").read_bytes()
     for run in (whole, resumed):  # a finished run keeps its baseline, not the pass's answers
         state = json.loads((run.folder / "state.json").read_text())
         assert "shared_pass" not in state and state["baseline"] and state["shared_prefix"]["batch_size"]

@@ -259,3 +259,54 @@ def test_compare_says_when_the_settings_differ(model_dirs, tmp_path):
     again = invoke("report", tmp_path / "b")
     assert again.exit_code == 0 and (tmp_path / "report-2" / "report.html").is_file()
     assert (tmp_path / "report.html").read_bytes() == first and "report-2" in again.output
+
+
+def records_run(folder, changes: dict[str, tuple[int, int]], n: int = 200):
+    """A prune run folder written by hand with its records: 200 questions, the unpruned model right on the first
+    120; removing layer l breaks `lost` of the right answers (from the first) and fixes `gained` wrong ones (from
+    the last)."""
+    from layerprobe.evaluation import records
+
+    folder.mkdir(parents=True)
+    before = [1.0] * 120 + [0.0] * (n - 120)
+    rows = [{"removed": "unpruned", "task": "t", "doc_id": i, "acc": v} for i, v in enumerate(before)]
+    table = []
+    for layer in range(3):
+        lost, gained = changes.get(str(layer), (0, 0))
+        after = [0.0 if i < lost else 1.0 if i >= n - gained else v for i, v in enumerate(before)]
+        rows += [{"removed": str(layer), "task": "t", "doc_id": i, "acc": v} for i, v in enumerate(after)]
+        table.append({"layer": layer, "block": 1, "removed": str(layer), "metric": "acc", "baseline": sum(before) / n,
+                      "pruned": sum(after) / n, "delta": sum(after) / n - sum(before) / n})
+    records.write(folder, rows)
+    pd.DataFrame(table).to_csv(folder / "prune.csv", index=False)
+    (folder / "summary.json").write_text(json.dumps({"command": "prune", "task": "t", "metric": "acc", "model": "m",
+                                                     "higher_is_better": True, "num_layers": 3}))
+    (folder / "manifest.json").write_text("{}")
+    return folder
+
+
+def test_compare_with_records_uses_the_paired_interval(tmp_path):
+    old = records_run(tmp_path / "old", {"0": (40, 0), "1": (10, 2)})
+    same = records_run(tmp_path / "same", {"0": (40, 0), "1": (10, 2)})
+    result = invoke("compare", old, same, "--format", "json")
+    assert result.exit_code == 0 and json.loads(result.output)["ok"]
+    assert "by tolerance and paired 95% interval" in invoke("compare", old, same).output
+    # layer 1 now breaks 40 answers: dP -0.04 -> -0.19, beyond the tolerance (0.05 x 0.6 = 0.03) and its interval
+    shifted = records_run(tmp_path / "shifted", {"0": (40, 0), "1": (40, 2)})
+    result = invoke("compare", old, shifted, "--format", "json")
+    assert result.exit_code == 1
+    failed = json.loads(result.output)["failed"]
+    assert [f["where"] for f in failed] == ["layer 1"] and failed[0]["rule"] == "tolerance and paired interval"
+    assert failed[0]["interval"][1] < 0 and failed[0]["delta"] == pytest.approx(-0.15)
+    # 30 lost and 14 gained instead of 10 and 2: dP moves by -0.04, beyond the tolerance, yet the changes run both
+    # ways (McNemar-like noise): within the paired interval, not a regression
+    noisy = records_run(tmp_path / "noisy", {"0": (40, 0), "1": (30, 14)})
+    result = invoke("compare", old, noisy, "--format", "json")
+    data = json.loads(result.output)
+    assert result.exit_code == 0 and data["ok"], data
+    text = invoke("compare", old, noisy).output
+    assert "OK: all 4 checks within tolerance (4 of 4 checks by tolerance and paired 95% interval" in text
+    # without records in both runs: the tolerance alone decides, and the same change fails
+    (noisy / "samples.csv.gz").unlink()
+    text = invoke("compare", old, noisy).output
+    assert "REGRESSION: 1 of 4" in text and "tolerance only" in text

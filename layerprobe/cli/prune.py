@@ -68,17 +68,28 @@ def show_prune(run) -> None:
     show_warnings(run.warnings)
     s = run.summary
     table = Table(title=f"dP = P_pruned - P_original ({s['metric']}, baseline {s['baseline']:.4g})")
-    for column in ("removed", "pruned", "delta"):
-        table.add_column(column, justify="right")
     main = run.table[run.table["metric"] == s["metric"]]
+    paired = "delta_lo" in main and main["delta_lo"].notna().any()
+    for column in ("removed", "pruned", "delta", *(("95% interval", "Holm") if paired else ())):
+        table.add_column(column, justify="right")
     for row in main.itertuples():
-        table.add_row(str(row.removed), f"{row.pruned:.4g}", "0" if row.delta == 0 else f"{row.delta:+.4g}")
+        cells = [str(row.removed), f"{row.pruned:.4g}", "0" if row.delta == 0 else f"{row.delta:+.4g}"]
+        if paired:
+            cells += [f"{row.delta_lo:+.3g} to {row.delta_hi:+.3g}" if row.delta_lo == row.delta_lo else "-",
+                      "measurable" if row.significant else ""]
+        table.add_row(*cells)
     out.print(table)
     if s.get("shared_prefix"):
         c = s["shared_prefix"]
         out.print(f"shared prefix: batch {c['batch_size']} (longest request {c['longest_tokens']} tokens, "
                   f"{c['gib_per_sequence']} GiB per sequence, {c['budget_gib']} GiB allowed)", highlight=False)
     extra = f", Spearman(angular, dP) = {s['spearman_angular_delta']:.2f}" if s["spearman_angular_delta"] is not None else ""
+    if paired:  # what the paired intervals carry, not a ranking of noise
+        found = ", ".join(s.get("significant") or []) or "none"
+        out.print(f"measurably different (paired 95% interval, Holm's correction over {len(main)}): {found}; least "
+                  f"important by point estimate: {', '.join(s['least_important'])}{extra} -> [bold]{run.folder}[/bold]",
+                  highlight=False)
+        return
     out.print(f"least important: {', '.join(s['least_important'])}; most important: "
               f"{', '.join(s['most_important'])}{extra} -> [bold]{run.folder}[/bold]", highlight=False)
 

@@ -46,6 +46,8 @@ class HarnessTask:
     splits: dict = field(default_factory=dict)  # task -> the split scored and its documents
     local: dict = field(default_factory=dict)  # (hub path, config) -> the local folder that answered it
     missing: dict = field(default_factory=dict)  # task -> the split settings its local copy lacked
+    records: list = field(default_factory=list)  # the last evaluation's per-document records (evaluation/records.py)
+    groups: dict = field(default_factory=dict)  # group -> the leaf tasks under it (records of a group's metric)
 
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
@@ -116,7 +118,11 @@ class HarnessTask:
         for task in self.loaded["tasks"].values():  # the same few-shot examples for every variant
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
         results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
-                           log_samples=False, verbosity="ERROR")
+                           log_samples=True, verbosity="ERROR")
+        from layerprobe.evaluation.records import leaf_tasks, lm_eval_rows
+
+        self.records = lm_eval_rows(results.get("samples") or {}, self.loaded["tasks"])
+        self.groups = leaf_tasks(results.get("group_subtasks") or {})
         every = results["results"]
         metrics = _metrics(every.get(self.name) or next(iter(every.values())))
         for sub, table in every.items():  # a group's subtasks (MMLU: categories and subjects), labelled metric/subtask

@@ -9,27 +9,27 @@ from dataclasses import dataclass
 from typing import Any
 
 
-def _ppl_sum(original: Any, pruned: Any, ids: Any) -> tuple[float, int]:
+def _ppl_values(original: Any, pruned: Any, ids: Any) -> Any:
     import torch
 
     logits = pruned[:, :-1].float()
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-    return float(nll.double().sum()), nll.numel()
+    return nll.double().reshape(ids.shape[0], -1)
 
 
-def _kl_sum(original: Any, pruned: Any, ids: Any) -> tuple[float, int]:
+def _kl_values(original: Any, pruned: Any, ids: Any) -> Any:
     import torch
 
     log_q = torch.log_softmax(pruned.float(), dim=-1)
     kl = (original.p * (original.log_p - log_q)).sum(-1)  # (batch, seq); small terms, summed: no cancellation
-    return float(kl.double().sum()), kl.numel()
+    return kl.double()
 
 
-def _drift_sum(original: Any, pruned: Any, ids: Any) -> tuple[float, int]:
+def _drift_values(original: Any, pruned: Any, ids: Any) -> Any:
     import torch
 
     cos = torch.nn.functional.cosine_similarity(original.output.double(), pruned.double(), dim=-1)
-    return float((1.0 - cos).sum()), cos.numel()
+    return 1.0 - cos
 
 
 @dataclass(frozen=True)
@@ -40,10 +40,16 @@ class Metric:
     name: str
     head: str  # the model head it needs
     meaning: str
-    batch_sum: Any  # (Original, pruned output, ids) -> (sum over positions, positions)
+    values: Any  # (Original, pruned output, ids) -> the per-position values, float64 (sequences, positions)
     exp: bool = False  # the finished value is exp(mean) (perplexity), else the mean
     zero_baseline: bool = False  # the unpruned model scores 0 by definition: there is no baseline to state
     higher_is_better: bool = False
+
+    def batch_sum(self, original: Any, pruned: Any, ids: Any) -> tuple[float, int, list]:
+        """(sum over the batch's positions, positions, [sum, positions] of each sequence: its records)."""
+        values = self.values(original, pruned, ids)
+        rows = [[float(total), values.shape[1]] for total in values.sum(-1).tolist()]
+        return float(values.sum()), values.numel(), rows
 
     def finish(self, total: float, count: int) -> float:
         mean = total / max(count, 1)
@@ -60,9 +66,9 @@ class Metric:
 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("ppl", "causal-lm", "perplexity of the next token (lower is better)", _ppl_sum, exp=True),
-    Metric("kl", "causal-lm", "mean KL(original || pruned) of next-token distributions", _kl_sum, zero_baseline=True),
-    Metric("drift", "base", "mean 1 - cosine of the final hidden states against the original", _drift_sum,
+    Metric("ppl", "causal-lm", "perplexity of the next token (lower is better)", _ppl_values, exp=True),
+    Metric("kl", "causal-lm", "mean KL(original || pruned) of next-token distributions", _kl_values, zero_baseline=True),
+    Metric("drift", "base", "mean 1 - cosine of the final hidden states against the original", _drift_values,
            zero_baseline=True),
 )}
 

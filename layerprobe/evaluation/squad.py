@@ -205,6 +205,7 @@ class SquadTask:
     windows: Windows | None = None
     max_length: int = MAX_LENGTH
     stride: int = DOC_STRIDE
+    records: list = field(default_factory=list)  # the last evaluation's per-question records
 
     def build(self) -> SquadTask:
         self.questions = load_questions(self.data, self.limit)
@@ -261,6 +262,8 @@ class SquadTask:
             "exact_match": [100 * exact_match(p, q.answers) for p, q in zip(answers, self.questions)],
             "f1": [100 * f1_score(p, q.answers) for p, q in zip(answers, self.questions)],
         }
+        self.records = [{"task": "squad", "doc_id": i, "exact_match": em, "f1": f1}
+                        for i, (em, f1) in enumerate(zip(scores["exact_match"], scores["f1"]))]
         return {name: _mean_stderr(values) for name, values in scores.items()}
 
 

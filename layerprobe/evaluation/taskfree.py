@@ -46,6 +46,12 @@ class Original:
 def metric_sum(metric: str, original: torch.Tensor | Original, pruned: torch.Tensor,
                ids: torch.Tensor) -> tuple[float, int]:
     """(sum over positions, positions) of the metric for one batch; original/pruned: (batch, seq, V or d)."""
+    return metric_rows(metric, original, pruned, ids)[:2]
+
+
+def metric_rows(metric: str, original: torch.Tensor | Original, pruned: torch.Tensor,
+                ids: torch.Tensor) -> tuple[float, int, list]:
+    """metric_sum and each sequence's [sum, positions] (the sweep's per-sequence records)."""
     reference = original if isinstance(original, Original) else Original(metric, original)
     return METRICS[metric].batch_sum(reference, pruned, ids)
 
@@ -61,18 +67,22 @@ class Sums:
     baseline: list = field(default_factory=lambda: [0.0, 0])
     variants: dict = field(default_factory=dict)
     batches: int = 0
+    sequences: dict = field(default_factory=dict)  # label ('' the unpruned model) -> [[sum, positions] per sequence]
 
-    def add(self, key: str | None, value: tuple[float, int]) -> None:
+    def add(self, key: str | None, value: tuple) -> None:
+        """value: (sum, positions), or metric_rows' (sum, positions, per-sequence rows)."""
         slot = self.baseline if key is None else self.variants.setdefault(key, [0.0, 0])
         slot[0] += value[0]
         slot[1] += value[1]
+        if len(value) > 2:
+            self.sequences.setdefault(key or "", []).extend(value[2])
 
 
 def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: Sums) -> None:
     """Perplexity of the unpruned model; kl and drift of the model against itself are 0 by definition. A non-finite
     output of the unpruned model makes its sum NaN, so the caller names the model, not a variant."""
     if metric == "ppl":
-        sums.add(None, metric_sum(metric, original, original, ids))
+        sums.add(None, metric_rows(metric, original, original, ids))
     elif not bool(torch.isfinite(original).all()):
         sums.add(None, (float("nan"), 0))
 
@@ -114,7 +124,7 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
         for variant in replayed:
             replay.value = replay_variant(model, stack, calls, states, variant, part)  # (batch, seq, d)
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
-            sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+            sums.add(variant.label, metric_rows(metric, original, pruned, ids))
             scored += 1
             tick(scored)
         replay.value = None
@@ -122,7 +132,7 @@ def score_batch_shared(model: Any, stack: BlockStack, metric: str, variants: lis
         if variant not in replayed:
             with removed(model, variant.removed, part, stack):
                 pruned = model_output(model(input_ids=ids, attention_mask=mask))
-            sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+            sums.add(variant.label, metric_rows(metric, original, pruned, ids))
             scored += 1
             tick(scored)
 
@@ -137,5 +147,5 @@ def score_batch_naive(model: Any, stack: BlockStack, metric: str, variants: list
     for scored, variant in enumerate(variants, 1):
         with removed(model, variant.removed, part, stack):
             pruned = model_output(model(input_ids=ids, attention_mask=mask))
-        sums.add(variant.label, metric_sum(metric, original, pruned, ids))
+        sums.add(variant.label, metric_rows(metric, original, pruned, ids))
         tick(scored)

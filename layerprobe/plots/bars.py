@@ -39,9 +39,11 @@ def symlog_axis(ax: Any, linear_to: float, top: float) -> float:
 
 def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
                distance: np.ndarray | None = None, correlation: float | None = None,
-               signals: dict[str, float] | None = None, block: int = 1, kinds: list[str] | None = None) -> Any:
+               signals: dict[str, float] | None = None, block: int = 1, kinds: list[str] | None = None,
+               interval: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
     """signals: cheap signal -> Spearman rho with dP, listed under the axes (which one a user can trust). kinds:
-    the kind of each bar's removed layer(s); where there are several (a hybrid), each tick carries its mark."""
+    the kind of each bar's removed layer(s); where there are several (a hybrid), each tick carries its mark.
+    interval: (low, high) of each dP's paired 95% interval, drawn as error bars where known."""
     from layerprobe.plots.heatmap import layer_ticks
     from matplotlib.figure import Figure
 
@@ -51,6 +53,11 @@ def prune_bars(labels: list[str], delta: np.ndarray, metric: str, title: str,
     colors = ["#3b6fb6" if d >= 0 else "#c0392b" for d in delta]
     ax.bar(x, delta, color=colors, width=0.8, label=f"$\\Delta P$ ({metric})")
     ax.axhline(0.0, color="black", linewidth=0.8)
+    if interval is not None and np.isfinite(interval[0]).any():
+        low, high = (np.asarray(v, dtype=float) for v in interval)
+        known = np.isfinite(low) & np.isfinite(high)
+        ax.errorbar(x[known], delta[known], yerr=[delta[known] - low[known], high[known] - delta[known]], fmt="none",
+                    ecolor="black", elinewidth=0.8, capsize=2, label="paired 95% interval")
     middle = float(np.median(np.abs(delta))) if len(delta) else 0.0
     if len(delta) > 4 and middle > 0 and float(np.max(np.abs(delta))) > 100 * middle:
         # one removal costs 100x the typical one (layer 0 of a Pre-LN model): linear up to the typical cost,

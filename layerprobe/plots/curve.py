@@ -22,6 +22,10 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
         rows = rows.sort_values("k")
         ax.plot([0.0, *rows["fraction"]], [baseline, *rows["score"]], color=colour, marker=marker, markersize=4,
                 linewidth=1.4, label=known.label if known else strategy)
+        if "delta_lo" in rows and rows["delta_lo"].notna().any():  # each point's paired 95% interval
+            known_rows = rows[rows["delta_lo"].notna()]
+            ax.fill_between(known_rows["fraction"], baseline + known_rows["delta_lo"], baseline + known_rows["delta_hi"],
+                            color=colour, alpha=0.15, linewidth=0)
         if "healed_score" in rows and rows["healed_score"].notna().any():  # --heal-steps: the healed line beside it
             start = baseline if healed_baseline is None else healed_baseline
             ax.plot([0.0, *rows["fraction"]], [start, *rows["healed_score"]], color=colour, marker=marker,

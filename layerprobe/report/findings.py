@@ -38,13 +38,13 @@ def _halves(values: list[float]) -> tuple[float, float]:
     return sum(values[:half]) / half, sum(values[-half:]) / half
 
 
-def _where(layers: list[int], chosen: list[int], what: str) -> str:
+def _where(layers: list[int], chosen: list[int], what: str, verb: str = "sit") -> str:
     """Where `chosen` layers sit in depth, as relative depth l / (L - 1) and the third of the stack."""
     depth = max(1, max(layers))
     relative = [layer / depth for layer in chosen]
     thirds = sorted({("first", "middle", "last")[min(2, int(3 * r))] for r in relative},
                     key=("first", "middle", "last").index)
-    return (f"{what} sit at relative depth {', '.join(f'{r:.2f}' for r in relative)} (0 = first block, 1 = last): "
+    return (f"{what} {verb} at relative depth {', '.join(f'{r:.2f}' for r in relative)} (0 = first block, 1 = last): "
             f"the {' and '.join(thirds)} third{'s' if len(thirds) > 1 else ''} of the stack.")
 
 
@@ -99,34 +99,110 @@ def angular_findings(run: Run) -> list[str]:
     return out
 
 
+def ranked(main: Any, higher: bool) -> Any:
+    """The variants of one metric from cheapest to costliest removal (cost: how much worse the score gets), ties
+    broken by layer: the one order every finding and the conflicts read."""
+    cost = -main["delta"] if higher else main["delta"]
+    return main.assign(cost=cost.to_numpy()).sort_values(["cost", "layer"], kind="mergesort")
+
+
+def has_intervals(main: Any) -> bool:
+    """The table carries paired intervals (per-document records) for at least one variant."""
+    return "delta_lo" in main and main["delta_lo"].notna().any()
+
+
+def interval_text(row: Any) -> str:
+    return f"dP {signed(row.delta)}, 95% interval {row.delta_lo:+.3g} to {row.delta_hi:+.3g}"
+
+
+def _listed(rows: Any, most: int = 6) -> str:
+    shown = ", ".join(f"{r.removed} ({interval_text(r)})" for r in rows.head(most).itertuples())
+    return shown + (f", and {len(rows) - most} more (prune.csv)" if len(rows) > most else "")
+
+
+def _measured(main: Any, higher: bool, s: dict) -> list[str]:
+    """What the paired intervals say: the removals measurably worse and better (Holm's correction), nothing
+    about the rest but their count."""
+    order = ranked(main, higher)
+    significant = order["significant"].astype(bool)
+    worse = order[significant & (order["cost"] > 0)][::-1]  # costliest first
+    better = order[significant & (order["cost"] < 0)]
+    n = len(order)
+    rule = (f"the paired 95% interval excludes 0 and the change survives Holm's correction over the {n} "
+            f"removals")
+    out = []
+    if worse.empty and better.empty:
+        known = int(order["delta_lo"].notna().sum())
+        out.append(f"No removal changes {s['metric']} measurably: for none of the {known} removals with an interval "
+                   f"does {rule}. The ranking is noise at this many documents; score more for a finer answer.")
+        return out
+    if len(worse):
+        out.append(f"Measurably worse without {len(worse)} of {n} removals ({rule}): {_listed(worse)}.")
+    if len(better):
+        out.append(f"Measurably better without {len(better)} of {n} ({rule}): {_listed(better)}.")
+    rest = n - len(worse) - len(better)
+    if rest:
+        out.append(f"The other {rest} removals are not measurably different from the unpruned model.")
+    if s.get("block", 1) == 1 and len(worse) and len(main) >= 3:
+        out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in worse["layer"].head(3)],
+                          f"The {min(3, len(worse))} costliest measurable removals" if len(worse) > 1
+                          else "The one measurable removal", "sit" if len(worse) > 1 else "sits"))
+    return out
+
+
+def _point_ranking(main: Any, higher: bool, s: dict) -> list[str]:
+    """A run without intervals: the ranking by point estimate, said to be one, or nothing where it is noise."""
+    order = ranked(main, higher)
+    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main else []
+    if s.get("records") and not has_intervals(main):
+        return [f"Too few documents for an interval of any dP ({s['metric']}): no removal can be told from noise, "
+                "so none is ranked; score more documents."]
+    if len(stderr) and float(order["cost"].abs().max()) <= 2 * float(stderr.iloc[0]):
+        return [f"Every |dP| is within twice the baseline's standard error ({2 * float(stderr.iloc[0]):.3g}): no "
+                "removal can be told from noise, so none is ranked."]
+    if order["cost"].iloc[0] == order["cost"].iloc[-1]:
+        return [f"Every removal gives the same {s['metric']}: none is cheaper or costlier than another."]
+    k = min(3, len(order) // 2)  # never the same layer in both lists, nor a tie with the other end in either
+    cheap = order.head(k)[order.head(k)["cost"] < order["cost"].iloc[-1]]
+    costly = order.tail(k)[order.tail(k)["cost"] > order["cost"].iloc[0]][::-1]
+    out = ["Cheapest to remove, by point estimate (this run has no per-document records, so no interval): "
+           + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in cheap.itertuples())
+           + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in costly.itertuples())
+           + "."]
+    if s.get("block", 1) == 1 and len(main) >= 3:
+        out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in order.head(3)["layer"]],
+                          "The three layers cheapest to remove"))
+    return out
+
+
 def prune_findings(run: Run) -> list[str]:
     s = run.summary
     table = run.tables["prune"]
     main = table[table["metric"] == s["metric"]]
     higher = s.get("higher_is_better", True)
-    ordered = main.sort_values("delta", ascending=not higher)
     out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
     chance = at_chance(s, main)
     if chance is not None:
         out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "
                    "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
                    "the model can do, or more documents.")
-    k = min(3, len(ordered) // 2)  # never the same layer in both lists
-    out += ["Cheapest to remove: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in ordered.head(k).itertuples())
-           + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in ordered.tail(k)[::-1].itertuples())
-           + "."]
-    if s.get("block", 1) == 1 and len(main) >= 3:
-        out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in ordered.head(3)["layer"]],
-                          "The three layers cheapest to remove"))
+    out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
     if "layer_type" in main and main["layer_type"].nunique() > 1 and s.get("block", 1) == 1:
-        out.append(_by_kind(main, ordered, higher))
+        out.append(_by_kind(main, ranked(main, higher), higher))
+    out += _correlations(s, len(main), higher)
+    return out
+
+
+def _correlations(s: dict, n: int, higher: bool) -> list[str]:
+    """How well d(l, 1) and the other cheap signals predict the measured cost, each with its interval: a signal is
+    called the one to trust only where its interval excludes 0 on the predicting side."""
+    out = []
     rho = s.get("spearman_angular_delta")
     if rho is not None:
         strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"
         expected = rho < 0 if higher else rho > 0  # bigger change -> bigger loss when removed
         how = ("layers that change the representation more cost more to remove" if expected
                else "the opposite of the usual reading: layers that change the representation more cost less to remove")
-        n = len(main)
         interval = spearman_interval(rho, n)
         if interval is None:
             out.append(f"Spearman(d(l, 1), dP) = {rho:+.2f} over only {n} layers: too few layers to tell.")
@@ -139,13 +215,19 @@ def prune_findings(run: Run) -> list[str]:
     if len(signals) > 1:
         sign = -1 if higher else 1  # rho with the cost of removing the layer, not with dP
         names = {"angular": "d(l, 1)", "block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
-        ranked = sorted(signals.items(), key=lambda item: -sign * item[1])
-        best, rho = ranked[0]
-        listed = ", ".join(f"{names.get(k, k)} {sign * v:+.2f}" for k, v in ranked)
-        out.append(f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; the one "
-                   f"to trust for this model is {names.get(best, best)}." if sign * rho >= 0.4 else
-                   f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; none "
-                   "predicts it well here (all below 0.4): measure with prune.")
+        ranked_signals = sorted(signals.items(), key=lambda item: -sign * item[1])
+        best, best_rho = ranked_signals[0]
+        listed = ", ".join(f"{names.get(k, k)} {sign * v:+.2f}" for k, v in ranked_signals)
+        head = f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; "
+        interval = spearman_interval(sign * best_rho, n)
+        if interval is None:
+            out.append(head + f"too few layers ({n}) to tell which to trust.")
+        elif sign * best_rho >= 0.4 and interval[0] > 0:
+            out.append(head + f"the one to trust for this model is {names.get(best, best)} (95% interval "
+                       f"{interval[0]:+.2f} to {interval[1]:+.2f}).")
+        else:
+            out.append(head + "none predicts it well here (below 0.4, or an interval that includes 0): measure "
+                       "with prune.")
     return out
 
 
@@ -188,12 +270,15 @@ def curve_findings(run: Run) -> list[str]:
     layers = s.get("num_layers")
     tolerance = (f"{s['metric']} at least {s['keep']:g} of the unpruned {s['baseline']:.4g}" if s.get("higher_is_better")
                  else f"{s['metric']} within the tolerance of keep = {s['keep']:g}")
+    if s.get("keep_by") == "bound":
+        tolerance += " (even at the worse end of its paired 95% interval)"
     out = []
+    table = run.tables.get("curve")
     for strategy, verdict in s.get("curve", {}).items():
         k = verdict["max_k"]
         if k:
             out.append(f"{strategy}: {k} of {layers} layers ({k / layers:.0%}) can go with {tolerance} "
-                       f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}).")
+                       f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}{_point(table, strategy, k)}).")
         else:
             out.append(f"{strategy}: no layer can go with {tolerance}.")
     out += _healed(run)
@@ -202,6 +287,18 @@ def curve_findings(run: Run) -> list[str]:
         out.append(f"Best strategy here: {best[0]}; export it with `layerprobe export {run.model} --from-curve "
                    f"{run.folder} --strategy {best[0]} --k {best[1]['max_k']}`.")
     return out
+
+
+def _point(table: Any, strategy: str, k: int) -> str:
+    """', dP ... with its paired interval, and whether the change is measurable' for one point of a curve."""
+    if table is None or "delta_lo" not in table:
+        return ""
+    row = table[(table["strategy"] == strategy) & (table["k"] == k)]
+    if row.empty or row["delta_lo"].isna().iloc[0]:
+        return ""
+    row = row.iloc[0]
+    measured = "a measurable change" if bool(row["significant"]) else "not measurably different from the unpruned"
+    return f"; dP {signed(row['delta'])}, 95% interval {row['delta_lo']:+.3g} to {row['delta_hi']:+.3g}: {measured}"
 
 
 def _healed(run: Run) -> list[str]:
@@ -219,30 +316,47 @@ def _healed(run: Run) -> list[str]:
     return out
 
 
+def costliest(prune: Run, k: int) -> list[int]:
+    """The layers among the k costliest removals of a one-layer sweep that a finding may call costly: with paired
+    intervals, only those measurably worse; without, only those whose cost is above 0 and above the cheapest's (a
+    tie with the cheapest removal is never costly)."""
+    table = prune.tables["prune"]
+    main = table[table["metric"] == prune.summary["metric"]]
+    order = ranked(main, prune.summary.get("higher_is_better", True))
+    top = order.tail(k)
+    if has_intervals(main):
+        top = top[top["significant"].astype(bool) & (top["cost"] > 0)]
+    else:
+        top = top[(top["cost"] > 0) & (top["cost"] > order["cost"].iloc[0])]
+    return [int(x) for x in top["layer"]]
+
+
 def conflicts(runs: list[Run]) -> list[str]:
     """Where two signals about one model disagree: a layer the angular distance calls cheap (among its k smallest
-    d(l, 1)) that a pruning sweep of the same model finds among its k costliest to remove (k = 3, or half the
-    layers of a small model, so that the two lists can be disjoint)."""
+    d(l, 1)) that a pruning sweep of the same model finds among its k costliest to remove, measurably (k = 3, or half
+    the layers of a small model, so that the two lists can be disjoint)."""
     out = []
     for angular in (r for r in runs if r.command == "angular"):
         one = angular.tables["angular"]
-        one = one[one["n"] == 1].sort_values("distance")
+        one = one[one["n"] == 1].sort_values(["distance", "layer"], kind="mergesort")
         k = min(3, len(one) // 2)
-        cheap = [int(x) for x in one["layer"].head(k)]
+        rank = {int(layer): i + 1 for i, layer in enumerate(one["layer"])}
+        distance = {int(r.layer): float(r.distance) for r in one.itertuples()}
         for prune in (r for r in runs if r.command == "prune" and r.summary.get("model") == angular.summary.get("model")):
             if prune.summary.get("block", 1) != 1:
                 continue
-            table = prune.tables["prune"]
-            main = table[table["metric"] == prune.summary["metric"]]
-            cost = -main["delta"] if prune.summary.get("higher_is_better", True) else main["delta"]
-            costly = [int(x) for x in main.assign(cost=cost.to_numpy()).sort_values("cost")["layer"].tail(k)]
-            both = sorted(set(cheap) & set(costly))
+            both = sorted(layer for layer in costliest(prune, k) if rank.get(layer, k + 1) <= k)
             if both:
-                which = f"layers {', '.join(map(str, both))} change" if len(both) > 1 else f"layer {both[0]} changes"
+                named = ", ".join(f"layer {layer} (d(l, 1) = {distance[layer]:.3f}, rank {rank[layer]} of "
+                                  f"{len(rank)})" for layer in both)
                 are, these = ("are", "these layers do") if len(both) > 1 else ("is", "this layer does")
-                out.append(f"{angular.model}: {which} the representation least "
-                           f"(angular) yet {are} among the {k} costliest to remove ({prune.summary.get('task')}): "
-                           f"trust the measured cost; the angular distance misses what {these}.")
+                main = prune.tables["prune"]
+                how = "measurably worse" if has_intervals(main[main["metric"] == prune.summary["metric"]]) else \
+                    "by point estimate"
+                out.append(f"{angular.model}: {named} {are} among the {k} layers that change the representation "
+                           f"least (angular) yet among the {k} costliest to remove, {how} "
+                           f"({prune.summary.get('task')}): trust the measured cost; the angular distance misses "
+                           f"what {these}.")
     return out
 
 

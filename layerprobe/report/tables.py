@@ -29,7 +29,12 @@ def prune_table(run: Run) -> Any:
     table = run.tables["prune"]
     main = table[table["metric"] == run.summary["metric"]]
     kinds = ["layer_type"] if "layer_type" in main and main["layer_type"].dropna().nunique() > 1 else []
-    return main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
+    shown = main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
+    if "delta_lo" in main and main["delta_lo"].notna().any():  # the paired interval and Holm's verdict
+        shown = shown.assign(**{"95% interval": [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else ""
+                                                 for lo, hi in zip(main["delta_lo"], main["delta_hi"])],
+                                "measurable (Holm)": ["yes" if flag else "" for flag in main["significant"].astype(bool)]})
+    return shown
 
 
 def curve_table(run: Run) -> Any:

@@ -61,6 +61,40 @@ PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
     Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one"),
     Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one"),
 )
+PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the per-document records (samples.csv.gz)
+    Column("delta_stderr", "paired standard error of dP over the same documents (mean scores: sd of the per-document "
+           "differences / sqrt(n), strata-weighted for a group; kl, drift: the ratio's linearized error; ppl: the sd "
+           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records"),
+    Column("delta_lo", "lower end of dP's 95% interval (Student's t with n - 1 degrees of freedom; ppl: normal)"),
+    Column("delta_hi", "upper end of dP's 95% interval"),
+    Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
+           "exact match) over every document alike, else from the interval's statistic"),
+    Column("significant", "dP differs from 0 after Holm's correction over the variants of this metric (family-wise "
+           "error 0.05): the interval excludes 0 and survives the correction", number=False),
+    Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
+           "per character, as acc_norm normalizes), nats", "nats", optional=True),
+    Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
+    Column("loglik_hi", "upper end of its paired 95% interval", "nats", optional=True),
+)
+RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned model's rows once
+    Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'", key=True, number=False),
+    Column("task", "the lm-eval task (a group's subtask) the document belongs to; squad; ppl, kl or drift",
+           key=True, number=False),
+    Column("doc_id", "lm-eval's doc_id; the question's position (squad); the packed sequence's position (ppl, kl, "
+           "drift)", key=True),
+    Column("gold", "multiple choice: the gold choice's index", optional=True),
+    Column("chosen", "multiple choice: the choice of highest loglikelihood (acc's pick)", optional=True),
+    Column("chosen_norm", "multiple choice: the choice of highest loglikelihood per character (acc_norm's pick)",
+           optional=True),
+    Column("gold_loglik", "multiple choice: the gold choice's loglikelihood", "nats", optional=True),
+    Column("gold_loglik_norm", "multiple choice: the gold choice's loglikelihood per character", "nats",
+           optional=True),
+    Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True),
+    Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
+           "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
+    Column("<metric>", "each per-document metric of the task, by lm-eval's name (acc, acc_norm, exact_match, ...; "
+           "squad: exact_match and f1 on the 0-100 scale): the score is their mean", optional=True),
+)
 CURVE = (  # curve.csv: one row per (strategy, k)
     Column("strategy", "the strategy that chose the layers (strategies.py)", key=True, number=False),
     Column("k", "layers removed", key=True),
@@ -70,7 +104,8 @@ CURVE = (  # curve.csv: one row per (strategy, k)
     Column("baseline", "the unpruned model's score"),
     Column("score", "the score without those layers"),
     Column("delta", "score - baseline"),
-    Column("within", "the score is within the --keep tolerance", number=False),
+    Column("within", "the score (--keep-by bound: the worse end of its paired 95% interval) is within the --keep "
+           "tolerance", number=False),
     Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
            optional=True),
 )
@@ -129,7 +164,9 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
            "--eval-every steps (else empty)", "nats"),
 )
-TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE, "scores.csv": PRUNE, "curve.csv": CURVE,
+CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))
+TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE + PAIRED, "scores.csv": PRUNE + PAIRED,
+          "curve.csv": CURVE + CURVE_PAIRED, "samples.csv.gz": RECORDS,
           "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL,
           "monitor.csv": MONITOR, "training.csv": TRAINING}
 
@@ -149,6 +186,15 @@ def render_columns() -> str:
     for table, columns in TABLES.items():
         if table == "scores.csv":
             continue  # prune.csv's columns
+        if table == "samples.csv.gz":
+            lines += ["## `samples.csv.gz`", "", "Per-document records of every scored sweep (`prune`, `prune --curve`, "
+                      "`merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed "
+                      "CSV. prune.csv's and curve.csv's intervals are computed from them; a score reproduced from "
+                      "them matches prune.csv's to 1e-9, or its interval is left empty.", ""]
+            lines += ["| column | meaning | unit |", "|---|---|---|"]
+            lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in columns]
+            lines.append("")
+            continue
         lines += [f"## `{table}`", "", "| column | meaning | unit |", "|---|---|---|"]
         lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in columns]
         lines.append("")

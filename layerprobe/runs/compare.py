@@ -8,6 +8,11 @@ Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]):
     gradnorm  relative change of any block's gradient norm (params or input)    default 0.25
               (monitor runs: of each block's gradient norm at each measured step)
     variance  relative change of any block's output variance                   default 0.25
+
+Sampling noise: when both prune (or curve) runs hold per-document records (samples.csv.gz) of the same documents,
+a baseline, dP or curve score check fails only when its change is beyond the tolerance AND beyond its paired 95%
+interval from the records (a change inside it is sampling noise); the check's `rule` and the verdict say which rule
+decided. Records that do not reproduce the tables' numbers, or cover other documents, leave the tolerance alone.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ class Check:
     delta: float
     limit: float  # the allowed |delta| (absolute, already scaled)
     failed: bool
+    interval: list | None = None  # [low, high]: the change's paired 95% interval from both runs' records, if any
+    rule: str = "tolerance"  # what decided: "tolerance", or "tolerance and paired interval" (records on both sides)
 
 
 @dataclass
@@ -163,12 +170,42 @@ def compare_angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) 
                                  tol["angular"], outside(float(value), other, delta, tol["angular"])))
 
 
+class Noise:
+    """Both runs' per-document records, when both hold them: the paired interval of each compared change decides
+    with the tolerance (a change within its interval is sampling noise, never a regression)."""
+
+    def __init__(self, old: Run, new: Run) -> None:
+        from layerprobe.evaluation import records
+
+        self.records = records
+        frames = [records.read_frame(run.folder) if run.folder is not None else None for run in (old, new)]
+        self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
+        self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
+
+    def check(self, check: Check, metric: str, label: str | None, worse: float | None = None,
+              score_only: bool = False) -> Check:
+        """The check decided by tolerance and interval together where the records give one (worse: the change in
+        the bad direction, for the baseline check; score_only: a curve point's score, not its dP)."""
+        if self.wide is None:
+            return check
+        found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
+        if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+            return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
+        beyond = found.lo > 0 or found.hi < 0
+        if worse is not None:  # only the bad direction fails a baseline
+            beyond = beyond and worse > 0
+        check.interval, check.rule = [found.lo, found.hi], "tolerance and paired interval"
+        check.failed = check.failed and beyond
+        return check
+
+
 def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
     if old.summary.get("task") != new.summary.get("task"):
         raise RunError(f"prune runs of different tasks ({old.summary.get('task')} vs {new.summary.get('task')}): "
                        "compare runs of the same --task.")
     higher = bool(old.summary.get("higher_is_better", True))
     a, b = old.tables["prune"], new.tables["prune"]
+    noise = Noise(old, new)
     for metric in a["metric"].unique():
         pa = a[a["metric"] == metric].set_index("removed")
         pb = b[b["metric"] == metric].set_index("removed")
@@ -179,13 +216,15 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         # scale: the baseline score, or for kl/drift (baseline 0) the largest drop the baseline run saw
         limit = tol["prune"] * max(abs(base_old), float(pa["delta"].abs().max()), 1e-12)
         worse = (base_old - base_new) if higher else (base_new - base_old)
-        into.checks.append(Check(name, f"baseline {metric}", "unpruned", base_old, base_new, base_new - base_old,
-                                 limit, outside(base_old, base_new, max(worse, 0.0), limit)))
+        into.checks.append(noise.check(Check(name, f"baseline {metric}", "unpruned", base_old, base_new,
+                                             base_new - base_old, limit, outside(base_old, base_new, max(worse, 0.0),
+                                                                                 limit)), metric, None, worse))
         for removed, row in pa.iterrows():
             other = float(pb.loc[removed, "delta"])
             delta = other - float(row["delta"])
-            into.checks.append(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other, delta,
-                                     limit, outside(float(row["delta"]), other, delta, limit)))
+            into.checks.append(noise.check(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other,
+                                                 delta, limit, outside(float(row["delta"]), other, delta, limit)),
+                                           metric, str(removed)))
 
 
 def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
@@ -198,12 +237,15 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     b = new.tables["curve"].set_index(["strategy", "k"])
     _same_keys(a.index, b.index, "curve.csv (strategies, k)")
     limit = tol["prune"] * max(abs(float(a["baseline"].iloc[0])), float(a["delta"].abs().max()), 1e-12)
+    noise = Noise(old, new)
     for (strategy, k), row in a.iterrows():
         other = b.loc[(strategy, k)]
         delta = float(other["score"]) - float(row["score"])
-        into.checks.append(Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]),
-                                 float(other["score"]), delta, limit, outside(float(row["score"]), float(other["score"]),
-                                                                               delta, limit)))
+        check = Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]), float(other["score"]),
+                      delta, limit, outside(float(row["score"]), float(other["score"]), delta, limit))
+        if str(row["removed"]) == str(other["removed"]):  # the same layers: their documents' scores pair up
+            check = noise.check(check, str(row["metric"]), str(row["removed"]), score_only=True)
+        into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
 
@@ -273,11 +315,24 @@ def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:
     return {"text": _text, "markdown": _markdown, "json": _json, "junit": _junit}[fmt](result, max_rows)
 
 
+def _rule(result: Comparison) -> str:
+    """Which rule decided: the tolerance alone, or (records on both sides) the tolerance and the paired interval."""
+    paired = sum(c.rule != "tolerance" for c in result.checks)
+    if not paired:
+        return "tolerance only: the runs do not both hold per-document records of the same documents"
+    return (f"{paired} of {len(result.checks)} checks by tolerance and paired 95% interval (a change inside its "
+            "interval is sampling noise), the rest by tolerance")
+
+
 def _verdict(result: Comparison) -> str:
     failed = len(result.failures)
     if failed:
-        return f"REGRESSION: {failed} of {len(result.checks)} checks outside tolerance"
-    return f"OK: all {len(result.checks)} checks within tolerance"
+        return f"REGRESSION: {failed} of {len(result.checks)} checks outside tolerance ({_rule(result)})"
+    return f"OK: all {len(result.checks)} checks within tolerance ({_rule(result)})"
+
+
+def _interval(c: Check) -> str:
+    return f", paired 95% interval {c.interval[0]:+.4g} to {c.interval[1]:+.4g}" if c.interval else ""
 
 
 def _fmt(x: float) -> str:
@@ -292,7 +347,7 @@ def _text(result: Comparison, max_rows: int) -> str:
     for c in result.failures[:max_rows]:
         run = f"{c.run}: " if c.run else ""
         lines.append(f"  FAIL {run}{c.metric} {c.where}: {_fmt(c.old)} -> {_fmt(c.new)} "
-                     f"(delta {c.delta:+.4g}, allowed {_fmt(c.limit)})")
+                     f"(delta {c.delta:+.4g}, allowed {_fmt(c.limit)}{_interval(c)})")
     if len(result.failures) > max_rows:
         lines.append(f"  ... and {len(result.failures) - max_rows} more")
     lines.append(_verdict(result))

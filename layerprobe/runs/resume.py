@@ -81,6 +81,12 @@ class Ledger:
                 # a row cut off (by a copy, a full disk) has empty values: dropped, so its variant is scored again
                 whole = table.dropna(subset=[c for c in ("removed", "metric", "pruned", "delta") if c in table])
                 self.rows = whole.to_dict("records")
+        self.records: list[dict] = []  # per-document records (evaluation/records.py), of finished variants only
+        if resume:
+            from layerprobe.evaluation import records
+
+            kept = self.done() | ({records.UNPRUNED} if self.state.get("baseline") is not None else set())
+            self.records = [r for r in records.read(folder) or [] if str(r["removed"]) in kept]
 
     def done(self) -> set[str]:
         return {str(r["removed"]) for r in self.rows}
@@ -93,6 +99,15 @@ class Ledger:
         before = float(self.state.get("seconds_before", 0.0))
         self.state.update(state, identity=self.identity)
         write_json(self.folder / "state.json", {**self.state, "seconds_before": before + self.clock() - self.started})
+
+    def add_records(self, label: str, rows: list[dict]) -> None:
+        """One variant's (or the unpruned model's) per-document records, saved before its scores are: a variant
+        counts as done only with its records on disk."""
+        from layerprobe.evaluation import records
+
+        if rows:
+            self.records = [r for r in self.records if r["removed"] != label] + [{"removed": label, **r} for r in rows]
+            records.write(self.folder, self.records)
 
     def add(self, rows: list[dict]) -> None:
         import pandas as pd

@@ -77,6 +77,12 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("splits", D, "lm-eval: per task, the split scored, its documents and how many of them were scored (--limit)",
         required=False),
     Key("shard", D, "--shard K/N: index, count, sweep_variants, variants", required=False),
+    Key("groups", D, "lm-eval: each group and the leaf tasks under it (the documents of a group's metric in the "
+        "records)", required=False, optional=True),
+    Key("records", S, "the per-document records file (samples.csv.gz), null when the sweep wrote none",
+        required=False, optional=True),
+    Key("correction", S, "the multiple-testing correction of `significant` in the CSVs: holm (Holm's step-down over "
+        "the variants of each metric, family-wise error 0.05)", required=False),
 )
 PRUNE_COMMON = (
     Key("task", S, "--task"),
@@ -107,10 +113,14 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
         Key("most_important", L, "the variants whose removal costs most (at most 3)"),
         Key("spearman_angular_delta", F, "Spearman(d(l, block), dP) with the angular run", optional=True),
         Key("spearman_delta", D, "Spearman of each cheap signal of the angular run with dP"),
+        Key("significant", L, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
+            "Holm's correction), costliest first; empty without records", required=False),
     ),
     "curve": RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
         Key("chance", F, "the task's chance accuracy, where known", optional=True),
         Key("keep", F, "--keep: the tolerance rule's share"),
+        Key("keep_by", S, "--keep-by: what the tolerance judged, point (the score) or bound (the worse end of its "
+            "paired 95% interval)", required=False),
         Key("max_removed", I, "largest k"),
         Key("strategies", L, "the strategies scored"),
         Key("greedy_metric", S, "what greedy minimized", optional=True),

@@ -3,7 +3,10 @@ model scores at chance says its ranking is noise, and one outlying layer does no
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+
+import numpy as np
 
 import pandas as pd
 
@@ -83,3 +86,139 @@ def test_a_heal_says_what_share_of_the_removals_ppl_cost_it_won_back():
     assert "from 60 to 30 (the unpruned model's: 20; 75% of the removal's cost won back)" in text  # 30 / 40
     del summary["heldout_unpruned_ppl"]  # an older record: the sentence without the share
     assert "won back" not in heal_findings(Run(Path("."), "heal", summary, {}, {}))[0]
+
+
+# ---- each finding checked against the table it summarizes -------------------------------------------------------
+
+def sweep_with_records(changes: dict[int, tuple[int, int]], n: int = 200, layers: int = 8, stderr: bool = True) -> Run:
+    """An accuracy sweep with records: the unpruned model right on the first 60% of n questions; removing layer l
+    breaks `lost` right answers and fixes `gained` wrong ones (changes[l] = (lost, gained), default none)."""
+    from layerprobe.evaluation.records import add_intervals
+
+    before = np.array([1.0] * (n * 6 // 10) + [0.0] * (n - n * 6 // 10))
+    records = [{"removed": "unpruned", "task": "t", "doc_id": i, "acc": v} for i, v in enumerate(before)]
+    rows = []
+    for layer in range(layers):
+        lost, gained = changes.get(layer, (0, 0))
+        after = before.copy()
+        after[:lost] = 0.0
+        after[n - gained:] = 1.0
+        records += [{"removed": str(layer), "task": "t", "doc_id": i, "acc": v} for i, v in enumerate(after)]
+        se = math.sqrt(before.mean() * (1 - before.mean()) / (n - 1)) if stderr else float("nan")
+        rows.append({"layer": layer, "block": 1, "removed": str(layer), "metric": "acc", "baseline": before.mean(),
+                     "pruned": after.mean(), "delta": after.mean() - before.mean(), "baseline_stderr": se,
+                     "pruned_stderr": se})
+    table = add_intervals(pd.DataFrame(rows), records, "t")
+    summary = {"model": "m", "task": "t", "metric": "acc", "higher_is_better": True, "baseline": before.mean(),
+               "block": 1, "records": "samples.csv.gz", "num_layers": layers}
+    return Run(Path("."), "prune", summary, {}, {"prune": table})
+
+
+def sentence(found: list[str], start: str) -> str:
+    hits = [s for s in found if s.startswith(start)]
+    assert len(hits) == 1, found
+    return hits[0]
+
+
+def test_measurably_worse_names_exactly_the_significant_layers_with_their_intervals():
+    run = sweep_with_records({0: (60, 0), 3: (25, 1), 5: (4, 2), 6: (0, 30)})
+    table = run.tables["prune"]
+    found = prune_findings(run)
+    worse = sentence(found, "Measurably worse without")
+    expected = table[table["significant"] & (table["delta"] < 0)].sort_values("delta")
+    assert list(expected["removed"]) == ["0", "3"]  # 4 lost, 2 gained: not measurable
+    for row in expected.itertuples():
+        assert f"{row.removed} (dP {row.delta:+.3g}, 95% interval {row.delta_lo:+.3g} to {row.delta_hi:+.3g})" in worse
+    assert "5 (" not in worse and "Holm's correction over the 8 removals" in worse
+    better = sentence(found, "Measurably better without")
+    assert "6 (dP +0.15" in better and table.set_index("removed").loc["6", "significant"]
+    assert sentence(found, "The other").startswith(f"The other {8 - 3} removals are not measurably different")
+    # the depth sentence places the measurable removals, costliest first
+    assert "costliest measurable removals sit at relative depth 0.00, 0.43" in " ".join(found)
+    assert not any("Cheapest" in s for s in found)
+
+
+def test_no_significant_removal_names_no_layer():
+    run = sweep_with_records({1: (3, 1), 2: (2, 0)})
+    found = prune_findings(run)
+    assert not run.tables["prune"]["significant"].any()
+    text = " ".join(found)
+    assert "No removal changes acc measurably" in text and "Cheapest" not in text and "costliest" not in text
+
+
+def test_one_document_ranks_nothing():
+    """MMLU --limit 1: records of one question give no interval and the baseline no stderr: no layer is named as
+    least or most important."""
+    run = sweep_with_records({0: (1, 0)}, n=1, layers=4, stderr=False)
+    assert run.tables["prune"]["delta_lo"].isna().all()
+    text = " ".join(prune_findings(run))
+    assert "Too few documents" in text and "Cheapest" not in text and "costliest" not in text
+
+
+def test_a_run_without_records_ranks_only_beyond_twice_the_stderr():
+    inside = prune_run("arc_easy", 0.6, 0.05)  # every |dP| <= 0.05 <= 2 x 0.05
+    text = " ".join(prune_findings(inside))
+    assert "within twice the baseline's standard error" in text and "Cheapest" not in text
+    outside = " ".join(prune_findings(prune_run("arc_easy", 0.6, 0.01)))
+    assert "Cheapest to remove, by point estimate" in outside
+
+
+def test_a_removal_tied_with_the_cheapest_is_never_called_costly():
+    """The layer-25 report: many removals at dP 0 and a few that help; a dP-0 layer was listed as cheapest and as
+    among the 3 costliest. Ties share one order, and a tie with the cheapest is never costly."""
+    from layerprobe.report.findings import conflicts, costliest
+
+    deltas = [0.0] * 8 + [0.02, 0.01]  # removing layers 8 and 9 helps, the rest change nothing
+    prune = Run(Path("."), "prune", {"model": "m", "metric": "acc", "higher_is_better": True, "task": "t",
+                                     "block": 1, "baseline": 0.5},
+                {}, {"prune": pd.DataFrame({"layer": range(10), "removed": [str(i) for i in range(10)],
+                                            "metric": "acc", "baseline": 0.5, "delta": deltas,
+                                            "baseline_stderr": 0.001})})
+    assert costliest(prune, 3) == []
+    angular = Run(Path("."), "angular", {"model": "m"}, {}, {"angular": pd.DataFrame(
+        {"layer": range(10), "n": 1, "distance": [0.1 * (i + 1) for i in range(10)], "tokens": 1})})
+    assert conflicts([angular, prune]) == []
+    text = " ".join(prune_findings(prune))
+    cheap, costly = text.split("Cheapest to remove", 1)[-1].split("; costliest:")
+    assert cheap.split("): ")[1] == "8 (dP +0.02), 9 (dP +0.01)"  # a dP-0 layer tied with the costliest is not cheap
+    assert costly.split(".")[0].strip() == "7 (dP 0), 6 (dP 0), 5 (dP 0)"  # never 0, listed as cheap
+
+
+def test_conflicts_state_the_angular_rank_as_the_table_has_it():
+    """MiniLM: 'layer 0 changes the representation least' while layer 2 had the smallest d(l, 1): the sentence now
+    gives the layer's own distance and rank, read from the same table."""
+    from layerprobe.report.findings import conflicts
+
+    distances = [0.30, 0.40, 0.20, 0.50, 0.45, 0.35]
+    angular = Run(Path("."), "angular", {"model": "m"}, {}, {"angular": pd.DataFrame(
+        {"layer": range(6), "n": 1, "distance": distances, "tokens": 1})})
+    run = sweep_with_records({0: (60, 0), 1: (1, 0)}, layers=6)
+    found = conflicts([angular, run])
+    assert len(found) == 1
+    order = sorted(range(6), key=lambda layer: distances[layer])
+    assert f"layer 0 (d(l, 1) = 0.300, rank {order.index(0) + 1} of 6)" in found[0] and "measurably worse" in found[0]
+    assert "changes the representation least" not in found[0]
+
+
+def test_too_few_layers_never_names_a_signal_to_trust():
+    s = {"model": "m", "task": "t", "metric": "kl", "higher_is_better": False, "block": 1,
+         "spearman_delta": {"angular": 0.9, "block_influence": 0.8}, "spearman_angular_delta": 0.9}
+    rows = [{"layer": i, "block": 1, "removed": str(i), "metric": "kl", "baseline": 0.0, "pruned": 0.1 * (i + 1),
+             "delta": 0.1 * (i + 1), "baseline_stderr": None, "pruned_stderr": None} for i in range(4)]
+    text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": pd.DataFrame(rows)})))
+    assert "too few layers to tell" in text and "to trust" not in text.replace("which to trust", "")
+
+
+def test_curve_points_say_measurable_only_when_significant():
+    from layerprobe.report.findings import curve_findings
+
+    table = pd.DataFrame([
+        {"strategy": "last", "k": 1, "fraction": 0.25, "removed": "3", "metric": "acc", "baseline": 0.6, "score": 0.58,
+         "delta": -0.02, "within": True, "delta_lo": -0.05, "delta_hi": 0.01, "significant": False},
+        {"strategy": "bi", "k": 2, "fraction": 0.5, "removed": "1-2", "metric": "acc", "baseline": 0.6, "score": 0.57,
+         "delta": -0.03, "within": True, "delta_lo": -0.05, "delta_hi": -0.01, "significant": True}])
+    s = {"metric": "acc", "higher_is_better": True, "keep": 0.9, "baseline": 0.6, "num_layers": 4,
+         "curve": {"last": {"max_k": 1, "removed": "3", "score": 0.58}, "bi": {"max_k": 2, "removed": "1-2", "score": 0.57}}}
+    found = curve_findings(Run(Path("."), "curve", s, {}, {"curve": table}))
+    assert "dP -0.02, 95% interval -0.05 to +0.01: not measurably different" in found[0]
+    assert "dP -0.03, 95% interval -0.05 to -0.01: a measurable change" in found[1]

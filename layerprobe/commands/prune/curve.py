@@ -18,7 +18,7 @@ from typing import Any
 
 from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_sets
-from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular
+from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.strategies import STRATEGIES
@@ -35,10 +35,12 @@ from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import CURVE, names
+from layerprobe.runs.columns import CURVE, CURVE_PAIRED as PAIRED_COLUMNS, names
+from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
 
 CURVE_COLUMNS = names(CURVE)  # runs/columns.py
+CURVE_PAIRED = names(PAIRED_COLUMNS)  # the paired interval of each point's delta (evaluation/records.py)
 
 CurveRun = RunResult  # tables: curve (CURVE_COLUMNS), scores (the prune rows of every scored set)
 
@@ -184,8 +186,17 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
     return {s: globals()[STRATEGIES[s].picks](choice) for s in strategies}, angular_dir  # each one's function
 
 
+def judged(row: dict, higher: bool, keep_by: str) -> float:
+    """The score --keep judges: the score itself (point), or the worse end of its paired 95% interval (bound; the
+    score itself where the records give no interval)."""
+    worse_end = row.get("delta_lo" if higher else "delta_hi", math.nan)
+    if keep_by != "bound" or worse_end is None or worse_end != worse_end:
+        return row["pruned"]
+    return row["baseline"] + worse_end
+
+
 def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int,
-                healed: dict | None = None) -> Any:
+                healed: dict | None = None, keep_by: str = "point") -> Any:
     """curve.csv: per strategy and k, the set removed and its score (and, with --heal-steps, its healed score)."""
     import pandas as pd
 
@@ -196,9 +207,11 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
             row = scored[(Variant.of(ids).label, metric)]
             table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
                           "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
-                          "delta": row["delta"], "within": within(metric, higher, row["baseline"], row["pruned"], keep),
-                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan)})
-    return pd.DataFrame(table, columns=CURVE_COLUMNS)
+                          "delta": row["delta"],
+                          "within": within(metric, higher, row["baseline"], judged(row, higher, keep_by), keep),
+                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan),
+                          **{c: row.get(c, False if c == "significant" else math.nan) for c in CURVE_PAIRED}})
+    return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED)
 
 
 def verdicts(table: Any) -> dict:
@@ -251,7 +264,10 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         higher = task.run(job)
     healed = heal_sets(config, probe, job.variants, ledger, progress)  # outside inference mode: it trains
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
-    table = curve_table(sets, ledger.rows, metric, higher, settings.keep, num_layers, healed)
+    scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
+                          task.facts(job).get("groups"))
+    table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed,
+                        settings.keep_by)
     baseline = float(table["baseline"].iloc[0])
     chance = chance_of(config.task, metric)  # drawn as a line on the plot
     if task.needs_corpus and "greedy" in settings.strategies:
@@ -260,15 +276,16 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer, **task.facts(job)}
     seconds = time.perf_counter() - clock + float(ledger.state.get("seconds_before", 0.0))
     summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
-               "chance": chance, "keep": settings.keep, "max_removed": k_max, "strategies": list(settings.strategies),
+               "chance": chance, "keep": settings.keep, "keep_by": settings.keep_by, "max_removed": k_max, "strategies": list(settings.strategies),
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
                "heal_steps": settings.heal_steps, "healed_baseline": healed.get(UNPRUNED),
+               "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
-    return write_run(folder, "curve", tables={"curve": table, "scores": pd.DataFrame(ledger.rows, columns=COLUMNS)},
+    return write_run(folder, "curve", tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)

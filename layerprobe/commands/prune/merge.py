@@ -15,7 +15,8 @@ from layerprobe.settings import identity
 
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
 COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
-            "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard"}
+            "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard", "records",
+            "correction", "significant"}
 BASELINE_RTOL = 1e-9
 
 
@@ -112,4 +113,17 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
     seconds = sum(float(run.summary.get("seconds") or 0.0) for run in runs)
     merged = {"merged_from": [str(run.folder) for run in runs], "shards": count}
     return write_prune_outputs(folder, rows, config, facts, first.summary["higher_is_better"],
-                               min(run.manifest.get("started", "") for run in runs), seconds, warnings, merged)
+                               min(run.manifest.get("started", "") for run in runs), seconds, warnings, merged,
+                               records=_records(runs))
+
+
+def _records(runs: list) -> list[dict] | None:
+    """The shards' records as one sweep's: the unpruned model's rows once (the first shard's), every shard's
+    variants; None when a shard has none (written before records existed)."""
+    from layerprobe.evaluation import records
+
+    found = [records.read(run.folder) for run in runs]
+    if any(not rows for rows in found):
+        return None
+    unpruned = [r for r in found[0] if r["removed"] == records.UNPRUNED]
+    return unpruned + [r for rows in found for r in rows if r["removed"] != records.UNPRUNED]

@@ -9,6 +9,7 @@ import numpy as np
 
 from layerprobe.errors import ConfigError, RunError, article
 from layerprobe.evaluation.metric import has_baseline
+from layerprobe.metrics.paired import CORRECTION
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
 from layerprobe.runs.folder import model_label, read_json
@@ -86,11 +87,28 @@ def cheap_signals(angular_dir: Path, layers: Any, num_layers: int) -> dict[str, 
     return found
 
 
+def significant_labels(main: Any, higher: bool) -> list[str]:
+    """The variants whose dP is significant (paired interval, Holm's correction), costliest first."""
+    chosen = main[main["significant"].astype(bool)] if "significant" in main else main.iloc[:0]
+    return [str(x) for x in chosen.sort_values("delta", ascending=higher)["removed"]]
+
+
+def with_records(folder: Path, table: Any, records: list[dict] | None, task: str, groups: dict | None) -> Any:
+    """The table with its paired intervals (evaluation/records.py), and the records written beside it."""
+    from layerprobe.evaluation import records as records_file
+
+    if records:
+        records_file.write(folder, records)
+    return records_file.add_intervals(table, records, task, groups)
+
+
 def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
-                        seconds: float, warnings: list[str], manifest_extra: dict | None = None) -> PruneRun:
+                        seconds: float, warnings: list[str], manifest_extra: dict | None = None,
+                        records: list[dict] | None = None) -> PruneRun:
     import pandas as pd
 
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "metric"]).reset_index(drop=True)
+    table = with_records(folder, table, records, config.task, facts.get("groups"))
     kinds = facts.get("layer_types") or []
     if len(kinds) == facts.get("num_layers"):  # the kind of the removed layer(s): attention, mamba, ...
         table["layer_type"] = ["+".join(dict.fromkeys(kinds[int(r.layer): int(r.layer) + int(r.block)]))
@@ -131,6 +149,9 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "spearman_angular_delta": correlation,
         # Spearman of each cheap signal of the angular run (d(l, n), Block Influence, logit-lens KL) with dP
         "spearman_delta": correlations,
+        "records": "samples.csv.gz" if records else None,
+        "correction": CORRECTION,
+        "significant": significant_labels(main, higher),
         "seconds": round(seconds, 3),
         "warnings": warnings,
     }
@@ -139,7 +160,8 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         title += f", unpruned {metric} = {summary['baseline']:.4g}"
     figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
                         correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
-                        config.block, main["layer_type"].tolist() if "layer_type" in main else None)
+                        config.block, main["layer_type"].tolist() if "layer_type" in main else None,
+                        interval=(main["delta_lo"].to_numpy(), main["delta_hi"].to_numpy()))
     return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

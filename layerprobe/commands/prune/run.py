@@ -72,7 +72,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     facts |= task.facts(job)
     # seconds: this process's, plus the working time of the interrupted parts a --resume continued
     seconds = time.perf_counter() - clock + float(job.ledger.state.get("seconds_before", 0.0))
-    run = write_prune_outputs(folder, job.ledger.rows, config, facts, higher, started, seconds, job.warnings)
+    run = write_prune_outputs(folder, job.ledger.rows, config, facts, higher, started, seconds, job.warnings,
+                              records=job.ledger.records)
     if world.size == 1:
         return run
     folders = world.gather(str(run.folder))  # also waits for every rank's shard

@@ -12,6 +12,7 @@ from layerprobe.commands.prune.outputs import check_metric
 from layerprobe.config import PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, TaskError, numerics_fix
+from layerprobe.evaluation.records import UNPRUNED, sequence_rows
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
@@ -47,17 +48,20 @@ class SweepJob:
     warnings: list[str] = field(default_factory=list)
 
 
-def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
+def evaluate_variants(evaluate, subject, job: SweepJob, select=None, records=None) -> dict:
     """Baseline once, then evaluate(subject) with each variant's layers removed; returns the baseline.
 
-    select(label) runs before each evaluation (None: the unpruned model), for LMs that answer variants.
+    select(label) runs before each evaluation (None: the unpruned model), for LMs that answer variants;
+    records() gives the last evaluation's per-document records (evaluation/records.py), saved with its scores.
     """
     select = select or (lambda label: None)
+    records = records or (lambda: [])
     ledger, variants, progress = job.ledger, job.variants, job.progress
     baseline = ledger.state.get("baseline")
     if baseline is None:
         select(None)
         baseline = evaluate(subject)
+        ledger.add_records(UNPRUNED, records())
         ledger.save_state(baseline=baseline)
     baseline = {k: tuple(v) for k, v in baseline.items()}
     done = ledger.done()
@@ -68,6 +72,7 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None) -> dict:
         select(variant.label)
         with removed(job.probe.model, variant.removed, job.config.part, job.probe.stack):
             pruned = evaluate(subject)
+        ledger.add_records(variant.label, records())
         ledger.add(rows_for(variant, baseline, pruned))
     progress("variants", len(variants), len(variants))
     return baseline
@@ -135,8 +140,20 @@ class TaskfreeSweep:
         for variant in job.variants:
             if variant.label not in ledger.done():
                 rows += rows_for(variant, baseline, {metric: (finish(metric, *sums.variants[variant.label]), None)})
+        self._records(job, sums, rows)
         ledger.add(rows)
         return METRICS[metric].higher_is_better
+
+    def _records(self, job: SweepJob, sums: Sums, rows: list[dict]) -> None:
+        """Each sequence's sum and positions, per variant scored now and for the unpruned model (kl and drift: 0,
+        by definition, over the same positions)."""
+        metric, scored = self.config.task, [str(r["removed"]) for r in rows]
+        if not scored:
+            return
+        unpruned = sums.sequences.get("") or [[0.0, n] for _, n in sums.sequences.get(scored[0], [])]
+        job.ledger.add_records(UNPRUNED, sequence_rows(metric, unpruned))
+        for label in scored:
+            job.ledger.add_records(label, sequence_rows(metric, sums.sequences.get(label, [])))
 
     def facts(self, job: SweepJob) -> dict:
         return {"dataset": job.probe.corpus.description, "tokens": job.ledger.state.get("tokens"),
@@ -166,7 +183,7 @@ class SquadSweep:
         return self.task.prepare(probe.model, probe.tokenizer)
 
     def run(self, job: SweepJob) -> bool:
-        evaluate_variants(self.task.evaluate, job.probe.model, job)
+        evaluate_variants(self.task.evaluate, job.probe.model, job, records=lambda: self.task.records)
         return True
 
     def facts(self, job: SweepJob) -> dict:
@@ -241,7 +258,7 @@ class HarnessSweep:
             # baseline is kept), and they are answered from it as in an uninterrupted sweep
             select(None)
             harness.evaluate(lm)
-        baseline = evaluate_variants(harness.evaluate, lm, job, select)
+        baseline = evaluate_variants(harness.evaluate, lm, job, select, records=lambda: harness.records)
         if shared and "generate_until" in harness.output_types:
             job.warnings.append("Generation requests (generate_until) were scored per variant; loglikelihood "
                                 "requests shared the prefix.")
@@ -259,7 +276,7 @@ class HarnessSweep:
         return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
                 "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
                 "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
-                "splits": self.harness.splits}
+                "splits": self.harness.splits, "groups": self.harness.groups or None}
 
 
 SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSweep}

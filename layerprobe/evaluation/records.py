@@ -1,0 +1,279 @@
+"""Per-document records of a scored sweep (samples.csv.gz: one row per variant and document, the unpruned model's
+rows once) and the paired intervals of every dP computed from them (metrics/paired.py).
+
+The rows come from what each task already scores: lm-eval's logged samples (its per-document metrics, and for
+multiple choice the loglikelihood of every choice), SQuAD's per-question exact match and F1, and the task-free
+metrics' per-sequence sums. Nothing here imports lm_eval.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
+
+UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
+FILE = "samples.csv.gz"
+REPRODUCE_RTOL = 1e-9  # records must give the table's score to this relative precision, else no interval
+# the columns every records file has, in order (docs: runs/columns.py RECORDS); each per-document metric of the
+# task follows as a column of its own (acc, acc_norm, exact_match, f1, ...)
+FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_loglik", "gold_loglik_norm",
+         "tokens", "total")
+LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
+INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "loglik_delta", "loglik_lo",
+                    "loglik_hi")
+
+
+# ---- rows from each kind of task --------------------------------------------------------------------------------
+
+def _label(name: str, filt: str) -> str:
+    return name if filt == "none" else f"{name}[{filt}]"
+
+
+def _choice_fields(sample: dict, task: Any) -> dict:
+    """Multiple choice: the gold index, the choice picked by loglikelihood and by loglikelihood per character (as
+    lm-eval's acc and acc_norm pick), and the gold choice's loglikelihood, raw and per character."""
+    choices = list(task.doc_to_choice(sample["doc"]))
+    lls = np.array([float(r[0]) for r in sample["filtered_resps"]][: len(choices)])  # mutual info doubles them
+    lengths = np.array([float(len(c)) for c in choices])
+    gold = sample["target"]
+    if isinstance(gold, str):
+        gold = choices.index(gold) if gold in choices else None
+    if not isinstance(gold, (int, np.integer)) or not 0 <= gold < len(choices):
+        gold = None  # several gold answers, or one outside the choices
+    return {"gold": gold, "chosen": int(np.argmax(lls)), "chosen_norm": int(np.argmax(lls / lengths)),
+            "gold_loglik": float(lls[gold]) if gold is not None else math.nan,
+            "gold_loglik_norm": float(lls[gold] / lengths[gold]) if gold is not None else math.nan}
+
+
+def lm_eval_rows(samples: dict, tasks: dict) -> list[dict]:
+    """lm-eval's logged samples ({task: [sample, ...]}) as records: every numeric per-document metric, and the
+    multiple-choice fields where the task is multiple choice."""
+    rows = []
+    for name, logged in sorted(samples.items()):
+        task = tasks.get(name)
+        choice = task is not None and task.get_config("output_type") == "multiple_choice"
+        for sample in logged:
+            row: dict = {"task": name, "doc_id": int(sample["doc_id"])}
+            if choice:
+                row |= _choice_fields(sample, task)
+            for metric in sample.get("metrics", []):
+                value = sample.get(metric)
+                if isinstance(value, (bool, int, float, np.integer, np.floating)):
+                    row[_label(metric, sample.get("filter", "none"))] = float(value)
+            rows.append(row)
+    return sorted(rows, key=lambda r: (r["task"], r["doc_id"]))
+
+
+def leaf_tasks(group_subtasks: dict) -> dict[str, list[str]]:
+    """lm-eval's group -> direct subtasks, as group -> every leaf task under it."""
+    def leaves(name: str, seen: tuple = ()) -> list[str]:
+        if name not in group_subtasks or name in seen:
+            return [name]
+        return sorted({t for sub in group_subtasks[name] for t in leaves(sub, (*seen, name))})
+
+    return {group: leaves(group) for group in group_subtasks if group_subtasks[group]}
+
+
+def sequence_rows(task: str, sums: list) -> list[dict]:
+    """A task-free metric's per-sequence [sum over positions, positions] as records."""
+    return [{"task": task, "doc_id": i, "tokens": int(n), "total": float(t)} for i, (t, n) in enumerate(sums)]
+
+
+# ---- the file ---------------------------------------------------------------------------------------------------
+
+def frame(rows: list[dict]) -> Any:
+    """Records as a DataFrame: the fixed columns, then the task's metric columns in their first order."""
+    import pandas as pd
+
+    table = pd.DataFrame(rows)
+    extra = [c for c in table.columns if c not in FIXED]
+    table = table.reindex(columns=[*FIXED, *extra])
+    for column in ("gold", "chosen", "chosen_norm", "tokens"):
+        table[column] = table[column].astype("Int64")
+    return table
+
+
+def write(folder: Path, rows: list[dict]) -> Path:
+    """samples.csv.gz, atomically, floats in their shortest exact form (read back bit for bit)."""
+    import gzip
+    import io
+
+    from layerprobe.runs.folder import atomic_write_bytes
+
+    text = io.StringIO()
+    frame(rows).to_csv(text, index=False)
+    path = folder / FILE
+    atomic_write_bytes(path, gzip.compress(text.getvalue().encode("utf-8"), compresslevel=6, mtime=0))
+    return path
+
+
+def read_frame(folder: Path) -> Any:
+    """The records of a run folder as a DataFrame (None without a records file)."""
+    import pandas as pd
+
+    path = Path(folder) / FILE
+    if not path.is_file():
+        return None
+    return pd.read_csv(path, dtype={"removed": str, "task": str})
+
+
+def read(folder: Path) -> list[dict] | None:
+    """The records of a run folder (None without a records file)."""
+    table = read_frame(folder)
+    if table is None:
+        return None
+    return [{k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
+            for row in table.to_dict("records")]
+
+
+# ---- intervals from the records ---------------------------------------------------------------------------------
+
+def statistic(metric: str) -> tuple[str, Statistic]:
+    """(records column, how the score follows from it) of a metric label (acc, acc/mmlu_anatomy, ppl, ...)."""
+    from layerprobe.evaluation.metric import METRICS
+
+    name = metric.split("/")[0]
+    if name in METRICS:
+        return "total", Statistic("exp_ratio" if METRICS[name].exp else "ratio")
+    return name, Statistic("mean")
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REPRODUCE_RTOL * max(1.0, abs(b))
+
+
+class Wide:
+    """The records by column: for each value column, a (task, doc_id) x variant table."""
+
+    def __init__(self, records: Any) -> None:
+        self.index = records.set_index(["removed", "task", "doc_id"]).sort_index()
+        self.cache: dict[str, Any] = {}
+
+    def column(self, name: str) -> Any:
+        if name not in self.cache:
+            self.cache[name] = self.index[name].unstack("removed") if name in self.index else None
+        return self.cache[name]
+
+
+def _scope(metric: str, task: str, groups: dict, tasks: list[str]) -> list[str]:
+    """The leaf tasks whose documents a metric label is computed over."""
+    scope = metric.split("/", 1)[1] if "/" in metric else task
+    if scope in groups:
+        return groups[scope]
+    return [scope] if scope in tasks else (tasks if "/" not in metric else [])
+
+
+def _weightings(strata: np.ndarray, kind: str) -> list[Statistic]:
+    """A mean over several subtasks: document-weighted (lm-eval's weight_by_size) or each subtask alike."""
+    labels = np.unique(strata)
+    if kind != "mean" or len(labels) < 2:
+        return [Statistic(kind)]
+    return [Statistic(kind), Statistic(kind, {s: 1 / len(labels) for s in labels})]
+
+
+def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict) -> list[tuple[Interval, Interval]]:
+    """(dP's interval, the gold loglikelihood change's interval) for each row of one metric (missing where the
+    records cannot reproduce the row's scores)."""
+    column, stat = statistic(metric)
+    values = wide.column(column)
+    missing = [(Interval.missing(), Interval.missing())] * len(rows)
+    if values is None or UNPRUNED not in values:
+        return missing
+    tasks = sorted(set(values.index.get_level_values("task")))
+    inside = values.index.get_level_values("task").isin(_scope(metric, task, groups, tasks))
+    tokens = wide.column("tokens")
+    loglik = wide.column(LOGLIK[column]) if column in LOGLIK else None
+    out = []
+    for row in rows.itertuples():
+        label = str(row.removed)
+        if label not in values:
+            out.append(missing[0])
+            continue
+        pair = values.loc[inside, [UNPRUNED, label]].dropna()
+        strata = pair.index.get_level_values("task").to_numpy()
+        counts = None if tokens is None or stat.kind == "mean" else tokens.loc[pair.index, [UNPRUNED, label]]
+        found = None
+        for candidate in _weightings(strata, stat.kind) if len(pair) else []:
+            args = [candidate, strata, [pair[UNPRUNED].to_numpy(), pair[label].to_numpy()], [-1.0, 1.0]]
+            if counts is not None:
+                args.append([counts[UNPRUNED].to_numpy(), counts[label].to_numpy()])
+            base, pruned = (score(candidate, strata, args[2][k], None if counts is None else args[4][k])
+                            for k in (0, 1))
+            if _close(base, float(row.baseline)) and _close(pruned, float(row.pruned)):
+                found = (contrast(*args), candidate)
+                exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
+                if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
+                    found = (dataclasses.replace(found[0], p=exact), candidate)
+                break
+        if found is None:
+            out.append(missing[0])
+            continue
+        change = Interval.missing()
+        if loglik is not None:
+            lls = loglik.loc[pair.index, [UNPRUNED, label]].dropna()
+            if len(lls) == len(pair):
+                change = contrast(found[1], strata, [lls[UNPRUNED].to_numpy(), lls[label].to_numpy()], [-1.0, 1.0])
+        out.append((found[0], change))
+    return out
+
+
+def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dict | None = None) -> Any:
+    """prune.csv (or scores.csv) with the paired interval columns: per metric, each variant's dP with its standard
+    error, 95% interval and p-value from the records, `significant` after Holm's correction over the variants of
+    that metric, and for accuracies of multiple choice the gold answer's loglikelihood change with its interval.
+    Without records (or where they cannot reproduce a score) the columns are empty."""
+    import pandas as pd
+
+    table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table]).copy()
+    for column in INTERVAL_COLUMNS:
+        table[column] = False if column == "significant" else math.nan
+    if not records:
+        return table
+    wide = Wide(frame(records))
+    for metric, rows in table.groupby("metric", sort=False):
+        found = metric_intervals(wide, str(metric), rows, task, groups or {})
+        # significant: Holm's correction over this metric's variants, and the interval excludes 0
+        flags = [flag and (dp.lo > 0 or dp.hi < 0) for flag, (dp, _) in zip(holm([dp.p for dp, _ in found]), found)]
+        for index, (dp, ll), flag in zip(rows.index, found, flags):
+            table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
+            table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi"]] = [ll.delta, ll.lo, ll.hi]
+            table.loc[index, "significant"] = bool(flag)
+    table["significant"] = table["significant"].astype(bool)
+    return pd.DataFrame(table)
+
+
+def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, label: str | None,
+                    score_only: bool = False) -> Interval | None:
+    """`compare`: the paired interval of the change between two runs scored on the same documents: of the unpruned
+    score (label None), of a variant's score (score_only), or of its dP, (new pruned - new unpruned) - (old pruned -
+    old unpruned), every document entering all four. None where either run lacks the records or they cover other
+    documents."""
+    column, stat = statistic(metric)
+    a, b = old.column(column), new.column(column)
+    wanted = [UNPRUNED] if label is None else [label] if score_only else [label, UNPRUNED]
+    if a is None or b is None or any(w not in a or w not in b for w in wanted):
+        return None
+    tasks = sorted(set(a.index.get_level_values("task")))
+    scope = _scope(metric, task, groups, tasks)
+    a, b = (t[t.index.get_level_values("task").isin(scope)][wanted].dropna() for t in (a, b))
+    if a.empty or len(a) != len(b) or not a.index.equals(b.index):
+        return None
+    # one term per (run, condition): the new run's conditions counted +, the old run's -, dP's unpruned reversed
+    signs = [1.0] if len(wanted) == 1 else [1.0, -1.0]
+    coefficients = [-s for s in signs] + signs
+    values = [a[w] for w in wanted] + [b[w] for w in wanted]
+    counts = None
+    if stat.kind != "mean":
+        ta, tb = (t.column("tokens").loc[a.index] for t in (old, new))
+        counts = [ta[w].to_numpy() for w in wanted] + [tb[w].to_numpy() for w in wanted]
+    strata = a.index.get_level_values("task").to_numpy()
+    return contrast(stat, strata, [v.to_numpy() for v in values], coefficients, counts)
+
+
+__all__ = ["CORRECTION", "UNPRUNED", "FILE", "add_intervals", "lm_eval_rows", "sequence_rows", "read", "write"]

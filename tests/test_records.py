@@ -1,0 +1,109 @@
+"""Per-document records (samples.csv.gz) of real sweeps on tiny models, checked against independent references:
+hand-scored loglikelihoods of an independently pruned model, lm-eval's own acc/acc_norm, a hand-computed paired
+interval; and exact through --resume and merge."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transformers
+from scipy import stats
+
+from .helpers import independent_pruned, invoke
+from .test_prune_lmeval import QUESTIONS, task_dir  # noqa: F401  (the module's task folder fixture)
+
+
+def read_records(folder):
+    return pd.read_csv(folder / "samples.csv.gz", dtype={"removed": str})
+
+
+def hand_choices(model, tok):
+    """Per question: the loglikelihood of every choice (lm-eval's definition, as test_prune_lmeval's hand_accuracy:
+    the tokens of context + ' ' + choice after the context's, scored after the context's own tokens), float64."""
+    out = []
+    for question, choices, _ in QUESTIONS:
+        scores = []
+        for choice in choices:
+            ctx = tok.encode(question)
+            cont = tok.encode(question + " " + choice)[len(ctx):]
+            with torch.no_grad():
+                logp = model(input_ids=torch.tensor([ctx + cont])).logits[0].double().log_softmax(-1)
+            scores.append(sum(float(logp[len(ctx) - 1 + i, t]) for i, t in enumerate(cont)))
+        out.append(scores)
+    return out
+
+
+def hand_interval(before, after):
+    """The paired 95% interval of mean(after) - mean(before), by hand: t with n - 1 degrees of freedom."""
+    d = np.asarray(after, float) - np.asarray(before, float)
+    se = d.std(ddof=1) / math.sqrt(len(d))
+    half = stats.t.ppf(0.975, len(d) - 1) * se
+    return d.mean(), se, d.mean() - half, d.mean() + half
+
+
+def test_lmeval_records_match_hand_scoring_and_the_table(model_dirs, task_dir, tmp_path):  # noqa: F811
+    folder, out = model_dirs["llama"], tmp_path / "run"
+    result = invoke("prune", str(folder), "--task", "tiny_mc", "--include-path", str(task_dir), "--device", "cpu",
+                    "--batch-size", "4", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    records, table = read_records(out), pd.read_csv(out / "prune.csv")
+    assert sorted(set(records["removed"])) == ["0", "1", "2", "3", "unpruned"]
+    assert len(records) == 5 * len(QUESTIONS) and not records.duplicated(["removed", "task", "doc_id"]).any()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    unpruned = records[records["removed"] == "unpruned"].sort_values("doc_id")
+    for row in table[table["metric"] == "acc"].itertuples():
+        mine = records[records["removed"] == str(row.removed)].sort_values("doc_id")
+        # the table's scores are lm-eval's own acc: the records' mean reproduces them exactly
+        assert sum(mine["acc"]) / len(mine) == row.pruned and sum(unpruned["acc"]) / len(unpruned) == row.baseline
+        pruned = independent_pruned(folder, transformers.AutoModelForCausalLM, [int(row.removed)])
+        scores = hand_choices(pruned, tok)
+        gold = [a for _, _, a in QUESTIONS]
+        assert mine["gold"].tolist() == gold
+        assert mine["chosen"].tolist() == [int(np.argmax(s)) for s in scores]
+        assert mine["acc"].tolist() == [float(int(np.argmax(s)) == g) for s, g in zip(scores, gold)]
+        np.testing.assert_allclose(mine["gold_loglik"], [s[g] for s, g in zip(scores, gold)], atol=1e-4)
+        lengths = [len(c[g]) for (_, c, _), g in zip(QUESTIONS, gold)]
+        np.testing.assert_allclose(mine["gold_loglik_norm"], mine["gold_loglik"] / lengths, rtol=1e-12)
+        delta, se, lo, hi = hand_interval(unpruned["acc"], mine["acc"])
+        assert row.delta == pytest.approx(delta, abs=1e-12)
+        if se > 0:
+            assert (row.delta_stderr, row.delta_lo, row.delta_hi) == pytest.approx((se, lo, hi), rel=1e-9)
+        ll = hand_interval(unpruned["gold_loglik"], mine["gold_loglik"])
+        assert (row.loglik_delta, row.loglik_lo, row.loglik_hi) == pytest.approx((ll[0], ll[2], ll[3]), rel=1e-9)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["records"] == "samples.csv.gz" and summary["correction"] == "holm"
+    main = table[table["metric"] == "acc"]
+    assert summary["significant"] == [str(x) for x in main[main["significant"]].sort_values("delta")["removed"]]
+
+
+def test_taskfree_records_reproduce_the_table_and_survive_merge(model_dirs, corpus_file, tmp_path):
+    """ppl per sequence: exp(sum of NLL / positions) over the records is the table's ppl; the shards of a sweep
+    merged give the unsharded sweep's records and intervals exactly."""
+    common = [str(model_dirs["llama"]), "--task", "ppl", "--dataset", str(corpus_file), "--tokens", "1024",
+              "--seq-len", "64", "--batch-size", "4", "--device", "cpu"]
+    whole = tmp_path / "whole"
+    assert invoke("prune", *common, "--out", str(whole)).exit_code == 0
+    records, table = read_records(whole), pd.read_csv(whole / "prune.csv")
+    assert len(records) == 5 * 16 and set(records["tokens"]) == {63}
+    for removed, rows in records.groupby("removed"):
+        ppl = math.exp(rows["total"].sum() / rows["tokens"].sum())
+        want = table["baseline"].iloc[0] if removed == "unpruned" else \
+            table.loc[table["removed"].astype(str) == removed, "pruned"].iloc[0]
+        assert ppl == pytest.approx(want, rel=1e-12)
+    assert table["delta_stderr"].notna().all() and (table["delta_lo"] < table["delta"]).all()
+    shards = []
+    for k in (1, 2):
+        shard = tmp_path / f"shard{k}"
+        assert invoke("prune", *common, "--shard", f"{k}/2", "--out", str(shard)).exit_code == 0
+        shards.append(str(shard))
+    merged = tmp_path / "merged"
+    assert invoke("merge", *shards, "--out", str(merged)).exit_code == 0
+    key = ["removed", "doc_id"]
+    pd.testing.assert_frame_equal(read_records(merged).sort_values(key).reset_index(drop=True),
+                                  records.sort_values(key).reset_index(drop=True), check_exact=True)
+    pd.testing.assert_frame_equal(pd.read_csv(merged / "prune.csv"), table, check_exact=True)
