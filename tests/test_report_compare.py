@@ -149,7 +149,7 @@ def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
 @pytest.mark.slow  # the quick demo fixture
 def test_compare_and_report_unusable_input(demo, tmp_path):
     cases = []
-    cases.append((["compare", demo / "angular", demo / "gradnorm"], "cannot compare a angular run with a gradnorm"))
+    cases.append((["compare", demo / "angular", demo / "gradnorm"], "cannot compare an angular run with a gradnorm"))
     fewer = copy(demo / "angular", tmp_path / "fewer")
     summary = json.loads((fewer / "summary.json").read_text())
     summary["num_layers"] = 5
