@@ -103,7 +103,7 @@ class LayerMonitor:
         self.started, self.clock = start_time(), time.perf_counter()
         self.folder: Path | None = None
         if self.main and self.settings.out:
-            self.folder = prepare_run_dir(self.settings.out, overwrite=self.settings.overwrite)
+            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command="monitor")
 
     def due(self, step: int) -> bool:
         return step % self.settings.every == 0

@@ -93,6 +93,8 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     import pandas as pd
 
     path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
     if (path / LOCK).exists():
@@ -134,6 +136,8 @@ def _see_later(folder: Path) -> str:
 def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
     """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
     path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
     if is_run(path):

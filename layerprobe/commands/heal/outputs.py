@@ -18,7 +18,7 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.progress import Progress
 from layerprobe.runs.columns import HEAL, names
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text, note_written
 
 ADAPTER, MERGED = "adapter", "merged"
 
@@ -38,6 +38,7 @@ def _publish(target: Path, write: Callable[[Path], None]) -> None:
         for file in partial.rglob("*"):
             if file.is_file():
                 file.chmod(FILE_MODE)
+                note_written(target / file.relative_to(partial))  # the run folder's record names it (check_owned)
         if target.exists():
             shutil.rmtree(target)
         partial.rename(target)
