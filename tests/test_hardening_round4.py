@@ -109,6 +109,9 @@ def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, mode
     planted.unlink()
     again = invoke(*run_args(command, model_dirs, out, "--overwrite"))
     assert again.exit_code == 0, again.output
+    if command == "angular":  # a report written into the run is layerprobe's too
+        assert invoke("report", out, "--out", out).exit_code == 0
+        assert invoke(*run_args(command, model_dirs, out, "--overwrite")).exit_code == 0
     if command != "export":
         other = "prune" if command == "angular" else "angular"
         flag = "--resume" if other in RESUMABLE else "--overwrite"
@@ -149,6 +152,8 @@ def _library_cases(missing: str) -> list:
         (lambda: layerprobe.gradnorm(GradnormConfig(train=TrainSettings(steps=-1))), "--steps"),
         (lambda: layerprobe.export(layerprobe.ExportConfig(model=model, remove=5)), "remove"),
         (lambda: layerprobe.toy(layerprobe.ToyConfig(depth=0)), "--depth"),
+        (lambda: layerprobe.LayerMonitor(None, None, every="5"), "every"),
+        (lambda: layerprobe.LayerprobeCallback(None, tokens=0).on_train_begin(None, None, None), "--tokens"),
     ]
 
 

@@ -156,7 +156,11 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
     naming a file layerprobe did not write; nothing is touched."""
     if not folder.is_dir():
         return
-    present = run_files(folder)
+    try:
+        present = run_files(folder)
+    except OSError as exc:
+        raise RunError(f"{flag}: '{folder}' cannot be read ({exc.strerror or first_line(exc)}): pass a folder you can "
+                       "read and write.") from None
     made, files = written_by(folder)
     if not present and made is not None:
         return  # empty, or a run killed before it saved anything
@@ -477,6 +481,20 @@ def save_figure(path: Path, figure: Any, formats: tuple[str, ...] = ("png",)) ->
         atomic_write_bytes(target, buffer.getvalue())
         written.append(target)
     return written
+
+
+def record_written(folder: Path, paths: list[Path]) -> None:
+    """Files layerprobe added to a finished run folder afterwards (`report --out RUN`): listed in its manifest.json
+    beside the run's own, so a later --overwrite or --resume knows them as layerprobe's."""
+    try:
+        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return  # not a finished run folder with a record
+    names = {name for name in (_relative(path, folder) for path in paths) if name and not name.startswith("..")}
+    if not names <= set(data["files"]):
+        write_json(folder / "manifest.json", {**data, "files": sorted({*data["files"], *names})})
 
 
 def read_json(path: Path) -> Any:
