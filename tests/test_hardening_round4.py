@@ -223,6 +223,21 @@ def test_a_curve_of_other_weights_or_another_directory(model_dirs, tmp_path, mon
     assert_error(invoke("export", *common, "--out", tmp_path / "e4"), "lacks the key 'model'")
 
 
+@pytest.mark.parametrize("table,column", [("angular.csv", "distance"), ("angular.csv", "n"),
+                                          ("layers.csv", "layer")])
+def test_a_run_read_as_input_missing_a_column_is_one_line(table, column, tmp_path):
+    """What --angular, --from-curve, report and compare read: a table without a column its rows need."""
+    import pandas as pd
+
+    from tests.helpers import DEMO_REFERENCE
+
+    run = tmp_path / "angular"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    pd.read_csv(run / table).drop(columns=[column]).to_csv(run / table, index=False)
+    with pytest.raises(LayerprobeError, match=f"{table}' lacks the column '{column}'"):
+        layerprobe.load_run(run)
+
+
 # ---- rule 5: unwritable destinations -------------------------------------------------------------------------------
 
 @pytest.mark.slow  # prune and heal load the tiny model before they claim --out
