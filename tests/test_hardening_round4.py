@@ -16,6 +16,7 @@ import pytest
 
 import layerprobe
 from layerprobe import LayerprobeError
+from layerprobe.errors import article
 from tests.helpers import assert_error, invoke
 
 TINY = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size", "2", "--device", "cpu"]
@@ -115,7 +116,7 @@ def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, mode
     if command != "export":
         other = "prune" if command == "angular" else "angular"
         flag = "--resume" if other in RESUMABLE else "--overwrite"
-        assert_error(invoke(*run_args(other, model_dirs, out, flag)), f"not a {other} run")
+        assert_error(invoke(*run_args(other, model_dirs, out, flag)), f"not {article(other)} {other} run")
 
 
 # ---- rule 2: a NaN or infinite result is an error ------------------------------------------------------------------
