@@ -39,6 +39,8 @@ _FORMATS = dict(numbers=False, flag="--format", parse="csv", choices=FORMATS,
 _SUBLAYER = ("--part attn|mlp: branch zeroes what the sub-layer adds to the residual stream and keeps every norm "
              "of the block (Post-LN BERT: LayerNorm(x + 0)); module skips a sub-layer module that adds the residual "
              "itself, its norm too (Post-LN: x). Pre-LN blocks: the same.")
+_ALLOW_OTHER = dict(numbers=False, help="Apply a run or export made from other weights than MODEL's (refused by "
+                    "default: its layers were chosen on another model).")
 _OVERWRITE = dict(numbers=False, help="Replace an existing run folder that layerprobe wrote (default: a new "
                   "timestamped folder beside it).")
 
@@ -191,6 +193,7 @@ class PruneConfig:
                                      "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
                                      "quarter of RAM).")
     angular: str | None = setting(None, flag="--angular", help="Angular run of the same model, for the correlation.")
+    allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/prune-<task>).")
     resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out.")
     overwrite: bool = setting(False, **_OVERWRITE)
@@ -216,6 +219,7 @@ class ExportConfig:
                             "within tolerance).")
     out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint.")
     overwrite: bool = setting(False, numbers=False, help="Replace an --out folder that an earlier export wrote.")
+    allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     verify: bool = setting(True, numbers=False, negative=True, help="Reload the export with plain transformers and "
                            "compare its outputs with the pruned model before finishing.")
     tolerance: float | None = setting(None, above=0, flag="", help="Largest output difference the verify accepts "
@@ -244,6 +248,7 @@ class HealConfig:
     strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
+    allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     steps: int = setting(200, minimum=1, help="Training steps (AdamW updates of the LoRA adapters).")
     lr: float = setting(2e-4, above=0, help="Peak learning rate: linear warmup over 10% of the steps, then cosine "
                         "to 10%.")

@@ -280,8 +280,90 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
                     close = difflib.get_close_matches(str(item), mark.choices, n=1)
                     hint = f" Did you mean: {close[0]}?" if close else ""
                     raise ConfigError(f"Unknown {label} '{item}'{said}: use {', '.join(mark.choices)}.{hint}")
+        if isinstance(value, float) and value in (float("inf"), float("-inf")):
+            raise ConfigError(f"{label} must be a finite number, got {value:g}{said}.")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             low_ok = (mark.minimum is None or value >= mark.minimum) and (mark.above is None or value > mark.above)
             if not low_ok or (mark.maximum is not None and value > mark.maximum) or value != value:
                 kind = "a positive number" if _bounds(mark) == "positive" and isinstance(value, float) else _bounds(mark)
                 raise ConfigError(f"{label} must be {kind}, got {value:g}{said}.")
+
+
+# ---- the library's entry: the same checks, before any model loads ------------------------------------------------
+
+
+def _type_problem(value: Any, hint: Any) -> str | None:
+    """What is wrong with `value` as a `hint` ('a whole number', ...), or None when it fits. None always fits a plain
+    value (the default's meaning); a settings group must be the group, or None where the hint allows it."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = type(None) in typing.get_args(hint)
+    base = args[0] if optional and len(args) == 1 else hint
+    if is_dataclass(base):
+        if isinstance(value, base) or (value is None and optional):
+            return None
+        return f"a {base.__name__}"
+    if value is None:
+        return None
+    origin = typing.get_origin(base)
+    if origin is tuple:
+        if not isinstance(value, (tuple, list)):
+            return "a tuple"
+        inner = [a for a in typing.get_args(base) if a is not Ellipsis]
+        for item in value:
+            if inner and _type_problem(item, inner[0]):
+                return f"a tuple of {_type_problem(item, inner[0]).removeprefix('a ')}s"
+        return None
+    if base is bool:
+        return None if isinstance(value, bool) else "true or false (a bool)"
+    if base is int:
+        return None if isinstance(value, int) and not isinstance(value, bool) else "a whole number (an int)"
+    if base is float:
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else "a number"
+    if base is str:
+        return None if isinstance(value, (str, os.PathLike)) else "a string"
+    return None
+
+
+def _given(config: Any, default: Any, prefix: str, found: dict[str, str]) -> None:
+    """Every value of `config` that differs from `default`'s (what a caller gave), each of its declared type."""
+    hints = typing.get_type_hints(type(config))
+    for f in fields(config):
+        value, path = getattr(config, f.name), prefix + f.name
+        problem = _type_problem(value, hints[f.name])
+        if problem:
+            shown = f"{value!r}"[:60]
+            raise ConfigError(f"{type(config).__name__}.{f.name} must be {problem}, got {shown} "
+                              f"({type(value).__name__}): fix {path}.")
+        group = group_of(type(config), f.name)
+        if group is not None and is_dataclass(value):
+            base = getattr(default, f.name, None) if default is not None else None
+            _given(value, base if isinstance(base, group) else group(), path + ".", found)
+        elif default is None or value != getattr(default, f.name, MISSING) or value != value:
+            found[path] = f"the call's {path}"
+
+
+def check_call(config: Any, cls: type, what: str) -> None:
+    """A library call's settings, checked from the same declarations as the CLI's before anything loads: `config`
+    is a `cls`, every field holds its declared type, and every value the caller changed from the default is within
+    its declared choices and range (validate). One ConfigError naming the field."""
+    if not isinstance(config, cls):
+        raise ConfigError(f"{what} takes its settings as {cls.__name__}(...), got {type(config).__name__} "
+                          f"{repr(config)[:40]}: pass {cls.__name__}(...).")
+    given: dict[str, str] = {}
+    _given(config, cls(), "", given)
+    validate(config, given)
+
+
+def takes(cls: type, what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a library command whose first argument is a `cls`: check_call before it runs."""
+    import functools
+
+    def wrap(command: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(command)
+        def run(config: Any = None, *args: Any, **kwargs: Any) -> Any:
+            check_call(config, cls, what)
+            return command(config, *args, **kwargs)
+
+        return run
+
+    return wrap

@@ -174,6 +174,9 @@ def test_a_cache_folder_is_verified_before_it_is_trusted(cache, tmp_path, monkey
     assert_error(result, "differs from what layerprobe wrote")
     assert f"rm -r '{copy}'" in " ".join(result.output.split())
     weights.write_bytes(original)
+    (copy / "adapter_config.json").write_text("{}")  # planted beside the weights: never loaded with them
+    assert_error(invoke(*args), "holds adapter_config.json, which layerprobe did not write")
+    (copy / "adapter_config.json").unlink()
     record = json.loads((copy / gguf_module.INFO_FILE).read_text())
     (copy / gguf_module.INFO_FILE).write_text(json.dumps({**record, "sha256": "0" * 64}))
     assert_error(invoke(*args), "holds the conversion of another file")

@@ -18,7 +18,8 @@ def demo(
     out_dir: str = typer.Option(DEMO_OUT, "--out", show_default=False,
                                 help=f"Demo folder (default {DEMO_OUT}; a timestamped sibling if it exists)."),
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Write into --out even if it exists."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier demo in --out (only the files "
+                                   "it wrote; a folder holding others is refused)."),
 ) -> None:
     """Run every measurement offline on three real models, write one report and compare it with the committed one.
 

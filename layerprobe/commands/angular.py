@@ -31,6 +31,7 @@ from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.config import POSITIONS  # declared once, with the settings that take it
+from layerprobe.settings import takes
 
 RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
 LENS_STAGE = "logit lens"  # the lens's own progress stage, in positions
@@ -176,6 +177,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     return done
 
 
+@takes(AngularConfig, "layerprobe.angular")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRun:
     """Measure d(x_l, x_{l+n}) for every l, n over the probe corpus and write the run folder."""
@@ -190,7 +192,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")
         check_resume(Path(out), "angular", config)
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
-    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume) if world.main else None
+    folder = prepare_run_dir(out, config.overwrite, config.resume, "angular") if world.main else None
     corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
     head = lens_head(config)
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,8 @@ from layerprobe.config import (DEMO_OUT, AngularConfig, CurveSettings, DataOptio
                                PruneConfig)
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir
+from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir, run_files, write_json
+from layerprobe.runs.manifest import build_manifest, start_time
 
 # Token counts of the reference demo and its quick twin. The quick twin keeps the layer counts, sequence shapes
 # and first seed/batch, so `compare` can judge it against the committed reference with loose tolerances.
@@ -105,7 +107,9 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
     sweeps) and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
     exists and overwrite is off)."""
     size = QUICK if quick else FULL
-    folder = prepare_run_dir(out, overwrite=overwrite)  # an existing demo is kept: a timestamped sibling instead
+    started, clock = start_time(), time.perf_counter()
+    # an existing demo is kept (a timestamped sibling instead); --overwrite replaces only an earlier demo's files
+    folder = prepare_run_dir(out, overwrite, command="demo")
 
     def stage(name: str) -> Progress:
         return lambda _, done, total: progress(name, done, total)
@@ -117,5 +121,8 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
                                             out=str(folder / "gradnorm"), overwrite=True),
                              stage(f"gradnorm ({size['arch']})")))
     report = report_runs([str(run.folder) for run in runs], str(folder))
+    # no summary.json (not a run that report/compare read): the record of what the demo wrote, for a later --overwrite
+    write_json(folder / "manifest.json", build_manifest("demo", {"quick": quick}, started, time.perf_counter() - clock,
+                                                        files=sorted({*run_files(folder), "manifest.json"})))
     release_run_dir(folder)
     return DemoRun(folder, report.html, runs)

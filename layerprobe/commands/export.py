@@ -8,6 +8,7 @@ config are copied, and beside them lie layerprobe-removal.json (what was removed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -16,13 +17,14 @@ from typing import Any
 from layerprobe.commands.gain import measure_gain, model_inputs
 from layerprobe.config import ExportConfig
 from layerprobe.data.packing import max_sequence_length
-from layerprobe.errors import ArchitectureError, ConfigError, RunError
+from layerprobe.errors import ArchitectureError, ConfigError, RunError, first_line
 from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.surgery import check_indices, removal_target, removed, removed_layers
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import FILE_MODE, abandons_on_error, atomic_write_text, claimed
+from layerprobe.runs.folder import FILE_MODE, abandons_on_error, atomic_write_text, claimed, run_files
+from layerprobe.settings import takes
 
 REMOVAL_FILE = "layerprobe-removal.json"
 CONVENTION = ("block ids are 0-based; a range a-b in --remove includes both ends; mergekit's layer_range [a, b) "
@@ -47,18 +49,106 @@ def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, st
         raise RunError(f"--from-curve '{run_dir}' is not a finished curve run (no curve.csv and summary.json): pass "
                        "the --out of `layerprobe prune --curve`.")
     run = load_run(folder)  # finished and whole: a curve.csv cut inside a row is refused, never read
-    summary, curve = run.summary, run.tables["curve"]
+    summary, curve = run.summary, run.tables.get("curve")
+    if summary.get("command") != "curve":
+        raise RunError(f"--from-curve '{run_dir}' holds a {summary.get('command') or 'unknown'} run: pass the --out of "
+                       "`layerprobe prune --curve`.")
+    for key in ("model", "curve"):
+        if not isinstance(summary.get(key), (str, dict)[key == "curve"]):
+            raise RunError(f"'{folder / 'summary.json'}' lacks the key '{key}': run `layerprobe prune --curve` again.")
+    missing = [c for c in ("strategy", "k", "removed") if curve is None or c not in curve.columns]
+    if missing:
+        raise RunError(f"'{folder / 'curve.csv'}' lacks the column '{missing[0]}': run `layerprobe prune --curve` "
+                       "again.")
     rows = curve[curve["strategy"] == strategy]
     if rows.empty:
         raise ConfigError(f"--strategy {strategy}: the curve run has {', '.join(dict.fromkeys(curve['strategy']))}.")
     if k is None:
-        k = int(summary.get("curve", {}).get(strategy, {}).get("max_k", 0))
+        chosen = summary["curve"].get(strategy)
+        k = int(chosen.get("max_k") or 0) if isinstance(chosen, dict) else 0
         if k == 0:
             raise ConfigError(f"No k of the {strategy} curve stays within its tolerance: pass --k to export anyway.")
     row = rows[rows["k"] == k]
     if row.empty:
         raise ConfigError(f"--k {k}: the {strategy} curve has k = {int(rows['k'].min())}..{int(rows['k'].max())}.")
-    return str(summary["model"]), str(row["removed"].iloc[0]), str(summary.get("part", "block"))
+    return recorded_model(folder, str(summary["model"])), str(row["removed"].iloc[0]), str(summary.get("part", "block"))
+
+
+def recorded_model(folder: Path, spec: str) -> str:
+    """The model a run folder names (summary.json's "model"), as the run resolved it: a relative path is joined to
+    the working directory manifest.json recorded, and refused when it resolves nowhere; else it is used as written
+    (a hub id, an embedded name, an absolute path)."""
+    path = Path(spec).expanduser()
+    if path.is_absolute():
+        return spec
+    try:
+        cwd = json.loads((folder / "manifest.json").read_text(encoding="utf-8")).get("cwd")
+    except (OSError, ValueError, AttributeError):
+        cwd = None
+    if isinstance(cwd, str) and (Path(cwd) / path).exists():
+        return str(Path(cwd) / path)
+    if isinstance(cwd, str) and Path(cwd).resolve() != Path.cwd().resolve() and path.exists():
+        raise RunError(f"'{folder / 'summary.json'}' names the model '{spec}', relative to '{cwd}', where it no longer "
+                       "is: pass MODEL (the same weights) explicitly.")
+    if spec.startswith((".", "~")) and not path.exists():
+        raise RunError(f"'{folder / 'summary.json'}' names the model '{spec}', a path relative to another working "
+                       "directory: pass MODEL (the same weights) explicitly, or run from that directory.")
+    return spec
+
+
+def recorded_weights(run_dir: str | Path) -> str | None:
+    """The weights' fingerprint a run folder's summary.json records (None: not recorded)."""
+    try:
+        weights = json.loads((Path(run_dir) / "summary.json").read_text(encoding="utf-8")).get("weights")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return weights if isinstance(weights, str) else None
+
+
+def check_weights(expected: str | None, loaded: Any, source: str, allow: bool) -> None:
+    """A record made from other weights than the loaded model's is refused unless the user allows it
+    (--allow-other-weights): its layer choice was measured on another model."""
+    found = loaded.fingerprint()
+    if allow or not expected or not found or expected == found:
+        return
+    raise RunError(f"{source} was made from other weights ({expected[:32]}...) than '{loaded.spec}' ({found[:32]}...): "
+                   "pass the model it was made from, or --allow-other-weights to apply its layers anyway.")
+
+
+def read_removal(path: Path) -> dict:
+    """An export's layerprobe-removal.json, checked: a JSON object with the keys heal reads, each of its type;
+    anything else is one line naming the file and the key."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RunError(f"'{path}' cannot be read ({getattr(exc, 'strerror', None) or exc}): export again.") from None
+    except ValueError as exc:
+        raise RunError(f"'{path}' is not valid JSON ({first_line(exc)}): export again, or pass --remove.") from None
+    if not isinstance(record, dict):
+        raise RunError(f"'{path}' holds a {type(record).__name__}, not layerprobe's removal record (a JSON object): "
+                       "export again.")
+    for key, kinds, what in (("removed", list, "a list of block ids"), ("part", str, "block, attn or mlp"),
+                             ("source_model", str, "the model's name or path")):
+        value = record.get(key)
+        if key not in record:
+            raise RunError(f"'{path}' lacks the key '{key}' ({what}): export again.")
+        if not isinstance(value, kinds) or (key == "removed" and (not value or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in value))):
+            raise RunError(f"'{path}': '{key}' is {json.dumps(value)[:40]}, not {what}: export again.")
+    if record.get("source_path") is not None and not isinstance(record["source_path"], str):
+        raise RunError(f"'{path}': 'source_path' is not a path: export again.")
+    return record
+
+
+def check_record_ids(record: dict, path: Path, num_layers: int) -> list[int]:
+    """The record's removed block ids, each within the loaded model's `num_layers`."""
+    ids = sorted(set(record["removed"]))
+    outside = [i for i in ids if not 0 <= i < num_layers]
+    if outside or len(ids) >= num_layers:
+        raise RunError(f"'{path}': 'removed' names blocks {ids} and the model it is applied to has {num_layers} "
+                       f"(0..{num_layers - 1}){'' if outside else ', keeping none'}: pass the model it was exported "
+                       "from.")
+    return ids
 
 
 def mergekit_yaml(source: str, keep: list[int], dtype: str, note: str | None = None) -> str:
@@ -190,7 +280,7 @@ def removal_record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: l
     keep = [i for i in range(len(stack)) if i not in ids]
     head_class = type(loaded.model).__name__
     return {
-        "source_model": loaded.spec, "source_path": str(loaded.path) if loaded.path else None,
+        "source_model": loaded.spec, "source_path": str(loaded.path.resolve()) if loaded.path else None,
         "revision": loaded.revision, "weights": loaded.fingerprint(), "gguf": loaded.gguf,
         "architecture": head_class, "layers_path": stack.path, "part": part,
         "sublayer": stack.sublayer if part != "block" else None, "num_layers_original": len(stack), "num_layers_exported": len(keep) if part == "block" else len(stack),
@@ -201,6 +291,7 @@ def removal_record(loaded: Any, stack: Any, ids: list[int], part: str, zeroed: l
     }
 
 
+@takes(ExportConfig, "layerprobe.export")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     """Load, remove, save into a temporary sibling, verify the reload, then rename into --out: a folder at --out is
@@ -217,8 +308,13 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
     out = guard_out(config.out, locate(spec, config.model.gguf_file)[1], config.overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with claimed(out.with_name(f".{out.name}.layerprobe.lock"), f"--out '{config.out}'"):
+    with contextlib.ExitStack() as held:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            held.enter_context(claimed(out.with_name(f".{out.name}.layerprobe.lock"), f"--out '{config.out}'"))
+        except OSError as exc:  # /proc/x, /dev/null/x, a read-only folder
+            raise RunError(f"--out '{config.out}' cannot be created or written ({exc.strerror or first_line(exc)}): "
+                           "pass a writable folder.") from None
         guard_out(config.out, None, config.overwrite)  # another export may have finished there meanwhile
         return _export(config, spec, remove, part, out, progress)
 
@@ -244,10 +340,25 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
         if not overwrite:
             raise RunError(f"--out '{out_arg}' exists and is not empty: pass another folder, or --overwrite to "
                            "replace an earlier export.")
-        if not (out / REMOVAL_FILE).is_file():
-            raise RunError(f"--out '{out_arg}' holds files layerprobe did not write (no {REMOVAL_FILE}): "
-                           "--overwrite only replaces an earlier export; pass another folder.")
+        _check_earlier_export(out, out_arg)
     return out
+
+
+def _check_earlier_export(out: Path, out_arg: str) -> None:
+    """--overwrite replaces an earlier export only: its record is there, and it names every file in --out."""
+    try:
+        record = json.loads((out / REMOVAL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        record = None
+    if not isinstance(record, dict):
+        raise RunError(f"--out '{out_arg}' holds files layerprobe did not write (no readable {REMOVAL_FILE}): "
+                       "--overwrite only replaces an earlier export; pass another folder.")
+    listed = record.get("files")
+    present = run_files(out)
+    foreign = [name for name in present if isinstance(listed, list) and name not in listed]
+    if foreign:
+        raise RunError(f"--out '{out_arg}' holds '{foreign[0]}', which layerprobe did not write: move it away or "
+                       "pass another folder; --overwrite only replaces the files of an earlier export.")
 
 
 def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
@@ -260,6 +371,9 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     loaded = load_model(spec, head=_head(spec, config), dtype=config.model.dtype, device=config.model.device,
                         revision=config.model.revision, trust_remote_code=config.model.trust_remote_code,
                         gguf_file=config.model.gguf_file, cache=config.model.cache)
+    if config.from_curve:
+        check_weights(recorded_weights(config.from_curve), loaded, f"--from-curve '{config.from_curve}'",
+                      config.allow_other_weights)
     model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
     stack.sublayer = config.sublayer
     ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
@@ -299,13 +413,14 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
         removal = removal_record(loaded, stack, ids, part, zeroed, config, difference, gain)
-        atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
         if part == "block":
             # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
             source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec
             note = (f"source: the dequantized cache of {loaded.spec} (mergekit cannot read GGUF files)"
                     if loaded.gguf and source != loaded.spec else None)
             atomic_write_text(partial / "mergekit.yaml", mergekit_yaml(source, keep, loaded.dtype, note))
+        removal["files"] = sorted({*run_files(partial), REMOVAL_FILE})  # what a later --overwrite may replace
+        atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
         for file in partial.iterdir():  # as open() would create them: the user's umask, not a temp file's 0600
             file.chmod(FILE_MODE)
         progress("export", 3, 4)

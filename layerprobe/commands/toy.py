@@ -22,6 +22,7 @@ from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.runs.columns import TOY, names
+from layerprobe.settings import takes
 
 COLUMNS = names(TOY)  # runs/columns.py
 # Random-walk argument for Pre-LN (see the toy-model note): ||h_l|| ~ l^(1/2), 1 - cos(h_l, h_l+1) ~ l^(-1).
@@ -96,6 +97,7 @@ def measure_toy(model: ToyModel, x: Any, readout: Any, on_layer: Any = None) -> 
     return rows
 
 
+@takes(ToyConfig, "layerprobe.toy")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
     """Every placement x alpha of the toy model: statistics of each block output, power-law fits, the plot."""
@@ -127,7 +129,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
             rows.append({"norm": norm, "alpha": alpha, **row})
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
-    folder = prepare_run_dir(config.out or "reports/toy", overwrite=config.overwrite)
+    folder = prepare_run_dir(config.out or "reports/toy", config.overwrite, command="toy")
     return write_toy_outputs(folder, table, config, started, seconds)
 
 

@@ -29,7 +29,7 @@ from layerprobe.models.layers import find_blocks
 from layerprobe.runs.columns import MONITOR, names
 from layerprobe.runs.folder import prepare_run_dir, release_run_dir, write_csv
 from layerprobe.runs.manifest import start_time
-from layerprobe.settings import validate
+from layerprobe.settings import check_call, validate
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +43,14 @@ def monitor_settings(settings: MonitorSettings | None = None, **options: Any) ->
     """Settings from a MonitorSettings and keyword overrides (every=..., out=..., and the probe's dataset=,
     tokens=, seq_len=, batch_size=, text_field=), validated against their declarations."""
     settings = settings or MonitorSettings()
+    check_call(settings, MonitorSettings, "LayerMonitor")  # a MonitorSettings, each field of its declared type
     own = {f.name for f in dataclasses.fields(MonitorSettings)} - {"data"}
     unknown = sorted(set(options) - own - DATA_FIELDS)
     if unknown:
         raise ConfigError(f"Unknown monitor setting(s) {', '.join(unknown)}: use {', '.join(sorted(own | DATA_FIELDS))}.")
     data = dataclasses.replace(settings.data, **{k: v for k, v in options.items() if k in DATA_FIELDS})
     settings = dataclasses.replace(settings, data=data, **{k: v for k, v in options.items() if k in own})
+    check_call(settings, MonitorSettings, "LayerMonitor")
     validate(settings, every=True)
     return settings
 
@@ -103,7 +105,7 @@ class LayerMonitor:
         self.started, self.clock = start_time(), time.perf_counter()
         self.folder: Path | None = None
         if self.main and self.settings.out:
-            self.folder = prepare_run_dir(self.settings.out, overwrite=self.settings.overwrite)
+            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command="monitor")
 
     def due(self, step: int) -> bool:
         return step % self.settings.every == 0

@@ -302,18 +302,23 @@ def _read_info(folder: Path) -> dict:
 
 
 def verify_cached(folder: Path, source: GGUFSource) -> None:
-    """A cache folder is trusted only as written: its record names this GGUF, and every file it wrote is there
-    with the digest it had. Anything else (altered weights, another model placed there, a file missing) is a
-    one-line error naming the folder and how to clear it."""
+    """A cache folder is trusted only as written, as a whole: its record names this GGUF, every file it wrote is there
+    with the digest it had, and nothing else is (a planted adapter or extra safetensors would load with the
+    weights). Anything else (altered weights, another model placed there, a file missing or added) is a one-line
+    error naming the folder and how to clear it."""
     info = _read_info(folder)
     if info.get("sha256") != source.sha256:
         raise _damaged(folder, f"holds the conversion of another file (sha256 {str(info.get('sha256'))[:16]}...)")
     files = info.get("files")
     if not isinstance(files, dict) or "model.safetensors" not in files:
         raise _damaged(folder, "was written by an older layerprobe without file digests")
+    planted = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                     if p.relative_to(folder).as_posix() not in (*files, INFO_FILE))
+    if planted:  # an adapter, another shard, a subfolder: transformers would load them with the weights
+        raise _damaged(folder, f"holds {planted[0]}, which layerprobe did not write")
     for name, digest in files.items():
         path = folder / name
-        if not path.is_file():
+        if not path.is_file() or path.is_symlink():
             raise _damaged(folder, f"lacks {name}")
         if file_sha256(path) != digest:
             raise _damaged(folder, f"has a {name} that differs from what layerprobe wrote")

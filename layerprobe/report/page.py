@@ -12,7 +12,7 @@ from typing import Any
 from layerprobe.errors import RunError
 from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import conflicts, describe, findings
-from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, save_figure
+from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, record_written, save_figure
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
@@ -180,6 +180,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body_html) + "\n</body></html>\n")
     atomic_write_text(out / "report.html", page)
     atomic_write_text(out / "report.md", "\n".join(body_md))
+    record_written(out, [out / "report.html", out / "report.md", *figures])  # a report written into a run folder
     return Report(out / "report.html", out / "report.md", figures, len(runs))
 
 

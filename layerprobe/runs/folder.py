@@ -38,7 +38,9 @@ def model_label(spec: str) -> str:
 
 
 LOCK = ".layerprobe.lock"  # in a run folder while a process writes it: "pid@host"; gone once the run is finished
-_held: set[Path] = set()
+# The lock's later lines say whose folder it is: "command <name>", then "file <path>" for every file written there
+# (the record --overwrite and --resume trust, with manifest.json's "files" once the run is finished).
+_held: dict[Path, set[str]] = {}  # claimed run folder -> the files its lock names
 
 
 def _umask() -> int:
@@ -55,7 +57,7 @@ def _owner(lock: Path) -> str | None:
     import socket
 
     try:
-        text = lock.read_text().strip()
+        text = (lock.read_text().splitlines() or [""])[0].strip()
         pid, _, host = text.partition("@")
         if not pid.isdigit() or not host:
             return None  # ABANDONED, or unreadable: no process holds it
@@ -67,12 +69,115 @@ def _owner(lock: Path) -> str | None:
         return None
 
 
-def _claim(path: Path) -> bool:
-    """Take the folder's lock (take_lock); a stale lock is taken over. False: a live process holds it."""
-    if take_lock(path / LOCK):
-        _held.add(path)
+def _claim(path: Path, command: str | None, files: list[str]) -> bool:
+    """Take the folder's lock (take_lock) for `command`, naming the layerprobe files already there; a stale lock is
+    taken over. False: a live process holds it."""
+    record = ([f"command {command}"] if command else []) + [f"file {name}" for name in files]
+    if take_lock(path / LOCK, record):
+        _held[path] = set(files)
         return True
     return False
+
+
+def _relative(path: Path, folder: Path) -> str | None:
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(folder)).as_posix()
+    except ValueError:
+        return None
+
+
+def note_written(path: Path) -> None:
+    """`path` is about to be written: named in the lock of every claimed run folder holding it (before the write,
+    so a kill never leaves a file of ours its record lacks)."""
+    for folder, named in list(_held.items()):
+        name = _relative(path, folder)
+        if name is None or name in named or _ours_hidden(name):
+            continue
+        with contextlib.suppress(OSError):
+            with open(folder / LOCK, "a", encoding="utf-8") as handle:
+                handle.write(f"file {name}\n")
+            named.add(name)
+
+
+def _ours_hidden(name: str) -> bool:
+    """A lock, a temp file or a private sibling folder that layerprobe makes and removes (never a run's output)."""
+    return any(part == LOCK or (part.startswith(".") and (part.endswith(".tmp") or ".partial-" in part
+                                                          or ".old-" in part or part.endswith(LOCK)))
+               for part in name.split("/"))
+
+
+def run_files(folder: Path) -> list[str]:
+    """Every file under `folder`, as posix paths relative to it, but layerprobe's locks and temp files; sorted."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if (path.is_file() or path.is_symlink()) and not _ours_hidden(name):
+            found.append(name)
+    return found
+
+
+def _lock_record(lock: Path) -> tuple[str | None, set[str]]:
+    """(the command a run folder's lock names or None, the files it names)."""
+    command, files = None, set()
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        for line in lock.read_text(encoding="utf-8").splitlines()[1:]:
+            kind, _, value = line.partition(" ")
+            if kind == "command":
+                command = value.strip()
+            elif kind == "file":
+                files.add(value.rstrip("\n"))
+    return command, files
+
+
+def written_by(folder: Path) -> tuple[str | None, set[str] | None]:
+    """(the command that wrote a run folder, the files it wrote) from its lock (a running or unfinished run: the
+    lock names both) and its manifest.json (a finished run: "command" and "files"). Files None: not recorded (an
+    older layerprobe's run). ('', None): an older layerprobe's lock, which names no command. (None, None): no
+    record at all, not a layerprobe run folder."""
+    command, files = None, None
+    try:
+        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("command"), str):
+        command, listed = data["command"], data.get("files")
+        files = {str(f) for f in listed} | {"manifest.json"} if isinstance(listed, list) else None
+    if (folder / LOCK).is_file():
+        locked, named = _lock_record(folder / LOCK)
+        if locked is None:
+            return command or "", None
+        return locked, named | (files if command == locked and files else set())
+    return command, files
+
+
+def check_owned(folder: Path, command: str, flag: str) -> None:
+    """`flag` (--overwrite or --resume) acts only on a folder layerprobe wrote for `command`: an empty one, or one
+    whose record (lock, manifest.json) names `command` and every file in it. Anything else is a one-line error
+    naming a file layerprobe did not write; nothing is touched."""
+    if not folder.is_dir():
+        return
+    try:
+        present = run_files(folder)
+    except OSError as exc:
+        raise RunError(f"{flag}: '{folder}' cannot be read ({exc.strerror or first_line(exc)}): pass a folder you can "
+                       "read and write.") from None
+    made, files = written_by(folder)
+    if not present and made is not None:
+        return  # empty, or a run killed before it saved anything
+    if not present and flag != "--resume":
+        return
+    if made is None:
+        what = f"'{present[0]}'" if present else "nothing"
+        raise RunError(f"{flag}: '{folder}' is not a layerprobe {command} run (no manifest.json or lock of one; it "
+                       f"holds {what}): layerprobe never replaces files it did not write; pass another --out.")
+    if made and made != command:
+        raise RunError(f"{flag}: '{folder}' holds {article(made)} {made} run, not {article(command)} {command} run: "
+                       f"pass the --out of {article(command)} {command} run, or another --out.")
+    foreign = [name for name in present if files is not None and name not in files]
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise RunError(f"{flag}: '{folder}' holds '{foreign[0]}'{more}, which layerprobe did not write: move it away "
+                       "or pass another --out; layerprobe never replaces files it did not write.")
 
 
 @contextlib.contextmanager
@@ -88,7 +193,7 @@ def claimed(lock: Path, what: str) -> Iterator[None]:
         lock.unlink(missing_ok=True)
 
 
-def take_lock(lock: Path) -> bool:
+def take_lock(lock: Path, record: list[str] | None = None) -> bool:
     """Create `lock` holding 'pid@host' atomically; a stale one is taken over. False: a live process holds it.
 
     Processes on one machine check and take a lock one at a time (an advisory flock on its folder), so of several
@@ -97,12 +202,13 @@ def take_lock(lock: Path) -> bool:
     import socket
 
     me = f"{os.getpid()}@{socket.gethostname()}"
-    tmp = _temp_file(lock, (me + "\n").encode())
+    text = "\n".join([me, *(record or [])])
+    tmp = _temp_file(lock, (text + "\n").encode())
     try:
         with _one_at_a_time(lock.parent):
             for _ in range(2):
                 try:
-                    _create(tmp, lock, me)
+                    _create(tmp, lock, text)
                     return True
                 except FileExistsError:
                     owner = _owner(lock)
@@ -156,7 +262,7 @@ def release_run_dir(path: Path) -> None:
     """The run in `path` is finished (or abandoned by this process): drop its lock."""
     if path in _held:
         (path / LOCK).unlink(missing_ok=True)
-        _held.discard(path)
+        _held.pop(path, None)
 
 
 ABANDONED = "unfinished"  # the lock's text once its run has stopped: the folder is unfinished and free to resume
@@ -174,11 +280,12 @@ def abandon_run_dirs(interrupted: bool = False) -> list[Path]:
     the same --out reuses a folder that holds nothing else. Returns every folder this process has left
     unfinished (those with nothing saved also in unstarted_run_dirs())."""
     for path in list(_held):
-        _held.discard(path)
+        _held.pop(path, None)
         try:
             empty = [p.name for p in path.iterdir()] == [LOCK]
+            record = (path / LOCK).read_text(encoding="utf-8").splitlines()[1:]  # its command and files stay
             if empty and interrupted:
-                (path / LOCK).write_text(ABANDONED + "\n")
+                (path / LOCK).write_text("\n".join([ABANDONED, *record]) + "\n", encoding="utf-8")
                 _unfinished.append(path)
                 _unstarted.append(path)
             elif empty:
@@ -188,7 +295,7 @@ def abandon_run_dirs(interrupted: bool = False) -> list[Path]:
                     if parent.is_dir() and not any(parent.iterdir()):
                         parent.rmdir()
             else:
-                (path / LOCK).write_text(ABANDONED + "\n")
+                (path / LOCK).write_text("\n".join([ABANDONED, *record]) + "\n", encoding="utf-8")
                 _unfinished.append(path)
         except OSError:
             pass
@@ -268,24 +375,12 @@ def later_runs(folder: Path) -> list[Path]:
                   and any(p.rglob("summary.json")))
 
 
-def check_resumable(folder: Path, command: str) -> None:
-    """--resume continues this command's unfinished run only: another command's folder is refused by name."""
-    summary = folder / "summary.json"
-    if summary.is_file():
-        try:
-            found = json.loads(summary.read_text(encoding="utf-8")).get("command")
-        except (json.JSONDecodeError, AttributeError):
-            found = None
-        if found != command:
-            raise RunError(f"--resume: '{folder}' holds {article(found or 'unknown')} {found or 'unknown'} run, not "
-                           f"{article(command)} {command} run: pass the "
-                           f"--out of the interrupted {command} run.")
-
-
-def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = False) -> Path:
-    """Create and claim the run folder. A non-empty or claimed existing one gets a timestamped sibling unless
-    overwrite/resume; with those, a folder another live process is writing is an error. resume: the folder must
-    exist already. An unwritable path is a one-line error before any work."""
+def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = False,
+                    command: str | None = None) -> Path:
+    """Create and claim the run folder for `command`. A non-empty or claimed existing one gets a timestamped sibling
+    unless overwrite/resume; with those, the folder must be `command`'s run, holding only files layerprobe wrote
+    (check_owned), and one another live process is writing is an error. resume: the folder must exist already. An
+    unwritable path is a one-line error before any work. (command None: an older caller, nothing checked.)"""
     path = Path(out)
     if not path.name:  # '.', '..', '/': a timestamped sibling needs a name, so the folder is named by its own path
         path = path.resolve()
@@ -300,9 +395,11 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
         for _ in range(100):
             if path.is_dir() and any(path.iterdir()) and not (overwrite or resume or holds_nothing(path)):
                 path = _redirect(out)
+            if command is not None and (overwrite or resume):
+                check_owned(path, command, "--resume" if resume else "--overwrite")
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
-            if _claim(path):
+            if _claim(path, command, run_files(path)):
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
                     for leftover in path.glob(".*.tmp"):
@@ -341,6 +438,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        note_written(path)
         tmp = _temp_file(path, data)
         os.replace(tmp, path)
     except OSError as exc:
@@ -383,6 +481,20 @@ def save_figure(path: Path, figure: Any, formats: tuple[str, ...] = ("png",)) ->
         atomic_write_bytes(target, buffer.getvalue())
         written.append(target)
     return written
+
+
+def record_written(folder: Path, paths: list[Path]) -> None:
+    """Files layerprobe added to a finished run folder afterwards (`report --out RUN`): listed in its manifest.json
+    beside the run's own, so a later --overwrite or --resume knows them as layerprobe's."""
+    try:
+        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return
+    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
+        return  # not a finished run folder with a record
+    names = {name for name in (_relative(path, folder) for path in paths) if name and not name.startswith("..")}
+    if not names <= set(data["files"]):
+        write_json(folder / "manifest.json", {**data, "files": sorted({*data["files"], *names})})
 
 
 def read_json(path: Path) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import subprocess
 import sys
@@ -59,6 +60,7 @@ def build_manifest(command: str, config: dict[str, Any], started: str, seconds: 
         "layerprobe_version": _version("layerprobe"),
         "git_commit": git_commit(),
         "argv": sys.argv,
+        "cwd": os.getcwd(),  # where relative paths in the config and the argv were read (export.recorded_model)
         "started": started,
         "wall_seconds": round(seconds, 3),
         "versions": {

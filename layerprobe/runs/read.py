@@ -56,7 +56,8 @@ FINITE = {table: tuple(c.name for c in columns if c.always) for table, columns i
 
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
-    cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows, no row key
+    cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows and the
+    columns its rows are keyed and always measured by, no row key
     twice, and (with `finite`) no NaN where a number is always measured. `compare` reads with finite off: a NaN
     there is a failed check naming its entry, not an unreadable run."""
     with open(csv, "rb") as handle:
@@ -67,6 +68,10 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
                        "restore the file.")
     if table.empty:
         raise RunError(f"'{csv}' holds no rows: re-run the command.")
+    missing = [c for c in dict.fromkeys((*ROW_KEYS.get(csv.name, ()), *FINITE.get(csv.name, ())))
+               if c not in table.columns]
+    if missing:  # a row key or an always-measured number: what readers index by
+        raise RunError(f"'{csv}' lacks the column '{missing[0]}': re-run the command, or restore the file.")
     import pandas as pd
 
     for column in NUMERIC.get(csv.name, ()):
@@ -93,6 +98,8 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     import pandas as pd
 
     path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
     if (path / LOCK).exists():
@@ -134,6 +141,8 @@ def _see_later(folder: Path) -> str:
 def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
     """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
     path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
     if is_run(path):

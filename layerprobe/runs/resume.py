@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError
-from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_resumable, check_same_settings, read_json,
-                                    write_csv, write_json)
+from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_owned, check_same_settings, read_json, write_csv,
+                                    write_json)
 
 IDENTITY = "identity.json"
 RESOLVED = "resolved."  # identity keys of what the settings resolved to on the machine (known once the model loads)
@@ -28,7 +28,7 @@ def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool
 
     if not folder.is_dir():
         return  # prepare_run_dir names the missing folder
-    check_resumable(folder, command)
+    check_owned(folder, command, "--resume")  # this command's run, and only files layerprobe wrote
     now = identity(config)
     manifest = folder / "manifest.json"
     finished = manifest.is_file() and not (folder / LOCK).is_file()

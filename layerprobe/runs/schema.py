@@ -249,7 +249,8 @@ def render_outputs() -> str:
     lines = ["# Output records", "",
              "Generated from `layerprobe/runs/schema.py` (`python -m layerprobe.runs.schema > docs/outputs.md`). Every "
              f"run folder holds `summary.json` (this record, `schema_version` {SCHEMA_VERSION}), `manifest.json` "
-             "(versions, command line, the resolved settings) and its CSVs and figures. A key marked optional may be "
+             "(versions, command line and working directory, the resolved settings, the files the run wrote: what a "
+             "later --overwrite or --resume may replace) and its CSVs and figures. A key marked optional may be "
              "null; one marked 'some runs' is written only where it applies.", ""]
     for command, keys in SUMMARIES.items():
         lines += [f"## `{command}` summary.json", "", "| key | type | meaning |", "|---|---|---|"]

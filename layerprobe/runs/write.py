@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.runs.folder import release_run_dir, save_figure, write_csv, write_json
+from layerprobe.runs.folder import release_run_dir, run_files, save_figure, write_csv, write_json
 from layerprobe.runs.manifest import build_manifest
 from layerprobe.runs.schema import check_summary
 
@@ -44,7 +44,8 @@ def write_run(folder: Path, command: str, *, tables: dict[str, Any], figures: di
     for stem, figure in figures.items():
         save_figure(folder / stem, figure, formats)
     write_json(folder / "summary.json", summary)
+    files = sorted({*run_files(folder), "manifest.json"})  # what --overwrite and --resume may replace (check_owned)
     write_json(folder / "manifest.json", build_manifest(command, config.to_dict(), started, seconds, **facts,
-                                                        **(manifest_extra or {})))
+                                                        **(manifest_extra or {}), files=files))
     release_run_dir(folder)  # finished: summary.json and manifest.json, no lock
     return RunResult(folder, dict(tables), summary, list(warnings if warnings is not None else summary.get("warnings", [])))

@@ -11,7 +11,6 @@ from typing import Any
 from layerprobe.commands.gradnorm.measure import measure_gradients
 from layerprobe.commands.gradnorm.outputs import GradnormRun, aggregate, write_gradnorm_outputs
 from layerprobe.config import GradnormConfig
-from layerprobe.settings import identity as settings_identity
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
 from layerprobe.distributed import World, current_world
@@ -23,9 +22,10 @@ from layerprobe.models.load import embedded_model_dir, load_model, locate, peek_
 from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import JobStore, check_resume
+from layerprobe.settings import identity as settings_identity, takes
 
 
 def record_steps(spec: str | None, steps: int) -> list[int]:
@@ -280,12 +280,13 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     store = None
     folder = None
     if world.main:
-        folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+        folder = prepare_run_dir(out, config.overwrite, config.resume, "gradnorm")
         store = JobStore(folder, identity, config.resume)
     folder = Path(world.gather(str(folder) if world.main else None)[0])
     return store or JobStore(folder, identity, config.resume, owner=False)
 
 
+@takes(GradnormConfig, "layerprobe.gradnorm")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> GradnormRun:
     """Build (or load) each model, backpropagate real-token batches at init (and after training steps),
@@ -297,6 +298,8 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     steps = _validate(config)
     if config.resume and world.main:  # before the folder or the model is touched
         check_resume(Path(_out(config)), "gradnorm", config)
+    elif config.overwrite and world.main:
+        check_owned(Path(_out(config)), "gradnorm", "--overwrite")
     corpus = open_corpus(config.data.dataset, config.data.text_field)
     subjects = _inhouse(config, world) if config.model is None else _checkpoint(config, world)
 

@@ -132,10 +132,16 @@ def row(step: int, loss: float, lr: float, scores: tuple[float, float] | None) -
             "heldout_kl": scores[1] if scores else nan}
 
 
+def _diverged(what: str, step: int, config: HealConfig, rate: str) -> NumericsError:
+    return NumericsError(f"Healing diverged: {what} at step {step} with {rate} {config.lr:g}: lower {rate} (or "
+                         f"keep --clip on); nothing was written as healed.")
+
+
 def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCheckpoint, progress: Progress,
-              on_save: Callable[[list], None]) -> Healing:
+              on_save: Callable[[list], None], rate: str = "--lr") -> Healing:
     """Train config.steps AdamW steps (resuming from the last save), scoring the held-out text at step 0, every
-    --eval-every steps and at the end; heal.csv's rows are returned."""
+    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, held-out score or adapter
+    weight is a NumericsError naming `rate`, the setting that made it diverge."""
     import torch
 
     params = [p for p in models.student.parameters() if p.requires_grad]
@@ -157,12 +163,14 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
         loss = step_loss(models, ids, config.objective)
         value = float(loss.detach())
         if not math.isfinite(value):
-            raise NumericsError(f"The healing loss is {value} at step {step}: lower --lr (now {config.lr:g}).")
+            raise _diverged(f"the training loss is {value}", step, config, rate)
         loss.backward()
         if config.clip:
             torch.nn.utils.clip_grad_norm_(params, config.clip)
         optimizer.step()
         scores = heldout_scores(models, data) if step % config.eval_every == 0 or step == config.steps else None
+        if scores is not None and not all(math.isfinite(v) for v in scores):
+            raise _diverged(f"the held-out ppl, kl are {scores[0]:g}, {scores[1]:g}", step, config, rate)
         healing.rows.append(row(step, value, lr, scores))
         healing.step, healing.seconds = step, time.perf_counter() - clock
         if step % config.save_every == 0 and step < config.steps:
@@ -170,5 +178,7 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
             on_save(healing.rows)
         progress("heal steps", step, config.steps)
     optimizer.zero_grad(set_to_none=True)
+    if not all(bool(torch.isfinite(p).all()) for p in params):  # never a merged/ of NaN or infinite weights
+        raise _diverged("an adapter weight is not finite", healing.step, config, rate)
     models.student.eval()
     return healing

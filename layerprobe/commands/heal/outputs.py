@@ -18,7 +18,7 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.progress import Progress
 from layerprobe.runs.columns import HEAL, names
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text
+from layerprobe.runs.folder import FILE_MODE, atomic_write_text, note_written, run_files
 
 ADAPTER, MERGED = "adapter", "merged"
 
@@ -38,6 +38,7 @@ def _publish(target: Path, write: Callable[[Path], None]) -> None:
         for file in partial.rglob("*"):
             if file.is_file():
                 file.chmod(FILE_MODE)
+                note_written(target / file.relative_to(partial))  # the run folder's record names it (check_owned)
         if target.exists():
             shutil.rmtree(target)
         partial.rename(target)
@@ -94,6 +95,7 @@ def save_outputs(folder: Path, config: HealConfig, probe: Any, models: Models, d
               "heldout_after": {"ppl": rows[-1]["heldout_ppl"], "kl": rows[-1]["heldout_kl"]},
               "heldout_unpruned_ppl": unpruned_ppl(models, data), "adapter": str(folder / ADAPTER), "exported_from": record and str(config.model.model)}
     removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config, difference, gain)
+    removal["files"] = sorted({*run_files(folder / MERGED), REMOVAL_FILE})  # what an export --overwrite may replace
     atomic_write_text(folder / MERGED / REMOVAL_FILE, json.dumps({**removal, "healing": healed}, indent=2) + "\n")
     progress("heal outputs", 3, 3)
     return {"trainable": trainable, "difference": difference, "gain": gain, "healing": healed}

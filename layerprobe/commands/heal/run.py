@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands.export import REMOVAL_FILE, from_curve, parse_remove
+from layerprobe.commands.export import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove,
+                                       read_removal, recorded_weights)
 from layerprobe.commands.heal.loop import Data, Models, heal_loop
 from layerprobe.commands.heal.outputs import heal_summary, heal_table, save_outputs
 from layerprobe.commands.probe import open_probe, preflight
@@ -29,10 +29,11 @@ from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.plots.heal import heal_plot
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug, write_csv
+from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug, write_csv
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.write import RunResult, write_run
+from layerprobe.settings import takes
 
 
 def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
@@ -53,13 +54,27 @@ def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
         return spec or model, remove, None
     if config.remove:
         return spec, config.remove, None
-    record = json.loads(exported.read_text())
-    if record.get("part") != "block":
-        raise ConfigError(f"'{spec}' zeroed {record.get('part')} sub-layers; heal heals removed blocks: export with "
+    record = read_removal(exported)  # one line naming the file and the key, never a traceback
+    if record["part"] != "block":
+        raise ConfigError(f"'{spec}' zeroed {record['part']} sub-layers; heal heals removed blocks: export with "
                           "--part block.")
-    source = record.get("source_path")
-    source = source if source and Path(source).is_dir() else record["source_model"]
+    source = record.get("source_path")  # absolute: where the export read it, whatever the working directory now
+    source = source if source and Path(source).is_absolute() and Path(source).is_dir() else record["source_model"]
     return source, record["removed"], record
+
+
+def _check_source(config: HealConfig, record: dict | None, loaded: Any, num_layers: int) -> list[int] | None:
+    """The loaded model is the one the curve run or the export was made from (unless --allow-other-weights), and an
+    export's record names only blocks it has: the record's ids, or None for --remove and --from-curve."""
+    if config.from_curve:
+        check_weights(recorded_weights(config.from_curve), loaded, f"--from-curve '{config.from_curve}'",
+                      config.allow_other_weights)
+    if record is None:
+        return None
+    path = Path(config.model.model) / REMOVAL_FILE
+    check_weights(record.get("weights") if isinstance(record.get("weights"), str) else None, loaded, f"'{path}'",
+                  config.allow_other_weights)
+    return check_record_ids(record, path, num_layers)
 
 
 def load_data(config: HealConfig, probe: Any) -> Data:
@@ -90,6 +105,7 @@ def _checks(config: HealConfig) -> None:
         raise ConfigError(f"Unknown --objective '{config.objective}': use lm or distill.")
 
 
+@takes(HealConfig, "layerprobe.heal")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     """Remove, heal with LoRA, score before and after, write the run folder (see the module's docstring)."""
@@ -99,15 +115,16 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     out = Path(config.out or Path("reports") / slug(spec) / "heal")
     if config.resume:
         check_resume(out, "heal", config)
+    elif config.overwrite:  # refused before the model loads, not after
+        check_owned(out, "heal", "--overwrite")
     model_options = dataclasses.replace(config.model, model=spec)
     corpus = preflight(model_options, config.data, head="causal-lm")[0]
     probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
     if is_encoder(probe.model):
         raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
-    ids = parse_remove(remove, len(probe.stack)) if isinstance(remove, str) else parse_remove(
-        ",".join(map(str, remove)), len(probe.stack))
+    ids = _check_source(config, record, probe.loaded, len(probe.stack)) or parse_remove(str(remove), len(probe.stack))
     data = load_data(config, probe)
-    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    folder = prepare_run_dir(out, config.overwrite, config.resume, "heal")
     checkpoint = PassCheckpoint(folder, probe.identity(config) | {"resolved.removed": ids})
     with probe.loaded.as_saved():  # the copy keeps the checkpoint's own config (use_cache) for the merged save
         student = copy.deepcopy(probe.model)

@@ -30,7 +30,7 @@ from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, scor
 from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
@@ -38,6 +38,7 @@ from layerprobe.runs.write import RunResult, write_run
 from layerprobe.runs.columns import CURVE, CURVE_PAIRED as PAIRED_COLUMNS, names
 from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
+from layerprobe.settings import takes
 
 CURVE_COLUMNS = names(CURVE)  # runs/columns.py
 CURVE_PAIRED = names(PAIRED_COLUMNS)  # the paired interval of each point's delta (evaluation/records.py)
@@ -157,7 +158,8 @@ def greedy_sets(choice: Choice) -> dict[int, list[int]]:
 
 def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Progress) -> Path:
     """--angular DIR, an angular run beside this one, or one measured now on the probe corpus into <run>/angular."""
-    found = find_angular(folder, config.angular, probe.loaded.spec, probe.loaded.fingerprint())
+    found = find_angular(folder, config.angular, probe.loaded.spec, probe.loaded.fingerprint(),
+                         config.allow_other_weights)
     if found is not None:
         return found
     inner = folder / "angular"
@@ -167,7 +169,7 @@ def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Prog
 
     settings = AngularConfig(model=config.model, data=config.data, out=str(inner), overwrite=True, lens_tokens=0,
                              formats=config.formats)
-    measure_into(prepare_run_dir(inner, overwrite=True), settings, probe, progress)
+    measure_into(prepare_run_dir(inner, overwrite=True, command="angular"), settings, probe, progress)
     return inner
 
 
@@ -226,6 +228,7 @@ def verdicts(table: Any) -> dict:
     return found
 
 
+@takes(PruneConfig, "layerprobe.curve")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     """Pick, per strategy and k, the layers to remove; score each distinct set on the task; write the curve."""
@@ -244,6 +247,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     out = config.out or str(Path("reports") / slug(config.model.model) / f"curve-{slug(config.task)}{part}")
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "curve", config, finished_resumes=True)
+    elif config.overwrite:  # refused before the model loads, not after
+        check_owned(Path(out), "curve", "--overwrite")
     task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
     if "greedy" in settings.strategies and is_encoder(probe.model):
@@ -252,7 +257,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
     check_greedy_room(settings, k_max, num_layers)
-    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    folder = prepare_run_dir(out, config.overwrite, config.resume, "curve")
     facts = probe.facts()
     identity = probe.identity(config) | {"resolved.k_max": k_max}
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")

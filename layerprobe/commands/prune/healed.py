@@ -50,7 +50,7 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
         wrapped = with_lora(student, lora_targets(student, short, ()), settings.lora_rank, settings.lora_alpha,
                             settings.seed)
         healing: Healing = heal_loop(settings, Models(wrapped, probe.model, probe.device), data, _NoSave(),
-                                     lambda *a: None, lambda rows: None)
+                                     lambda *a: None, lambda rows: None, rate="--heal-lr")
     last = healing.rows[-1]
     return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"])
 

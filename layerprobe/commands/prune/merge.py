@@ -106,7 +106,7 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
                             "shard": None, "resume": False, "overwrite": overwrite,
                             "formats": tuple(formats or settings.get("formats") or ("png",))})
     config.out = str(Path(out) if out else default_out(first.folder))
-    folder = prepare_run_dir(config.out, overwrite=overwrite)
+    folder = prepare_run_dir(config.out, overwrite, command="prune")
     rows = [row for run in runs for row in run.tables["prune"].to_dict("records")]
     facts = {k: v for k, v in first.summary.items() if k not in COMPUTED}
     warnings = list(dict.fromkeys(w for run in runs for w in run.summary.get("warnings", [])))

@@ -32,7 +32,8 @@ def check_metric(metric: str | None, available: list[str]) -> str:
     return metric
 
 
-def find_angular(folder: Path, explicit: str | None, model: str | None = None, weights: str | None = None) -> Path | None:
+def find_angular(folder: Path, explicit: str | None, model: str | None = None, weights: str | None = None,
+                 allow: bool = False) -> Path | None:
     """--angular DIR (a finished angular run, read back whole, of the same weights), else an `angular` run beside
     this one (reports/<model>/angular) of the same model: a sibling run of another model is passed over."""
     from layerprobe.runs.read import load_run
@@ -42,9 +43,10 @@ def find_angular(folder: Path, explicit: str | None, model: str | None = None, w
         if run.command != "angular":
             raise RunError(f"--angular '{explicit}' holds {article(run.command)} {run.command} run: pass a `layerprobe angular` run folder.")
         theirs = run.summary.get("weights")
-        if weights is not None and theirs is not None and theirs != weights:
+        if weights is not None and theirs is not None and theirs != weights and not allow:
             raise RunError(f"--angular '{explicit}' measured other weights ({str(theirs)[:30]}...) than this run's "
-                           f"({weights[:30]}...): pass an angular run of the same model.")
+                           f"({weights[:30]}...): pass an angular run of the same model, or --allow-other-weights to "
+                           "use it anyway.")
         return Path(explicit)
     sibling = folder.parent / "angular"
     if not (sibling / "angular.csv").is_file():
@@ -119,7 +121,8 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
     correlation = distance = None
     correlations: dict[str, float] = {}
-    angular_dir = find_angular(folder, config.angular, facts.get("model"), facts.get("weights"))
+    angular_dir = find_angular(folder, config.angular, facts.get("model"), facts.get("weights"),
+                               config.allow_other_weights)
     if angular_dir is not None:
         distance = _angular_distance(angular_dir, main["layer"], config.block)
         if np.isfinite(distance).all():

@@ -14,9 +14,10 @@ from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
 from layerprobe.evaluation.variants import PARTS, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir, slug
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import Ledger, check_resume
+from layerprobe.settings import takes
 
 
 def _shard_for(config: PruneConfig, world: World) -> tuple[PruneConfig, tuple[int, int] | None]:
@@ -32,6 +33,7 @@ def _shard_for(config: PruneConfig, world: World) -> tuple[PruneConfig, tuple[in
         config.model, device=world.device(config.model.device))), shard
 
 
+@takes(PruneConfig, "layerprobe.prune")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     """The sweep: baseline once, then each variant; finished work is on disk after every step."""
@@ -49,6 +51,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "prune", config, finished_resumes=True)
+    elif config.overwrite:  # refused before the model loads, not after
+        check_owned(Path(out), "prune", "--overwrite")
     task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
@@ -57,7 +61,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if shard:
         variants = shard_of(variants, *shard)
 
-    folder = prepare_run_dir(out, overwrite=config.overwrite, resume=config.resume)
+    folder = prepare_run_dir(out, config.overwrite, config.resume, "prune")
     facts = probe.facts()
     # every setting that changes a number (settings.identity) and what it resolved to: a --resume with any other
     # value is refused, never mixed in

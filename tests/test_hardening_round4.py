@@ -1,0 +1,280 @@
+"""Issue 41, one test per rule enumerating its surface (every command, the library API, the training callbacks):
+--overwrite and --resume only touch folders layerprobe wrote for the same command; a diverging rate is an error
+naming it; the library checks what the CLI checks; records read as input are verified; unwritable --out is one line;
+the GGUF cache is verified as a whole."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import layerprobe
+from layerprobe import LayerprobeError
+from layerprobe.errors import article
+from tests.helpers import assert_error, invoke
+
+TINY = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size", "2", "--device", "cpu"]
+RUNS = {  # command -> a tiny run of it, without --out ({model}: the tiny LLaMA)
+    "angular": ["angular", "{model}", *TINY, "--lens-tokens", "0"],
+    "prune": ["prune", "{model}", "--task", "kl", *TINY],
+    "curve": ["prune", "{model}", "--task", "kl", "--curve", "--strategies", "last", "--max-removed", "1", *TINY],
+    "heal": ["heal", "{model}", "--remove", "1", "--steps", "1", "--no-gain", "--dtype", "float32", *TINY],
+    "gradnorm": ["gradnorm", "--arch", "tiny", "--seeds", "1", "--batches", "1", "--norm", "pre", "--dataset",
+                 "builtin", "--seq-len", "16", "--batch-size", "2", "--device", "cpu"],
+    "toy": ["toy", "--depth", "3", "--width", "8", "--samples", "16"],
+    "export": ["export", "{model}", "--remove", "1", "--device", "cpu", "--dtype", "float32"],
+}
+RESUMABLE = ("angular", "prune", "curve", "heal", "gradnorm")
+FOREIGN = {"summary.json": '{"mine": true}\n', "prune.csv": "a,b\n1,2\n", "monitor.csv": "step\n1\n",
+           "merged/mine.bin": "weights"}
+
+
+def run_args(command: str, model_dirs, out, *extra) -> list:
+    return [a.format(model=model_dirs["llama"]) for a in RUNS[command]] + ["--out", str(out), *extra]
+
+
+def listing(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def user_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "mine"
+    for name, text in FOREIGN.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+# ---- rule 1: ownership -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--overwrite", "--resume"])
+@pytest.mark.parametrize("command", list(RUNS))
+def test_a_users_folder_is_never_overwritten_or_resumed(command, flag, model_dirs, tmp_path):
+    if flag == "--resume" and command not in RESUMABLE:
+        pytest.skip(f"{command} has no --resume")
+    folder = user_folder(tmp_path)
+    before = listing(folder)
+    result = invoke(*run_args(command, model_dirs, folder, flag))
+    assert_error(result, "did not write")
+    assert listing(folder) == before
+    assert not (folder / ".layerprobe.lock").exists()
+
+
+def test_the_library_and_the_training_callbacks_refuse_a_users_folder(model_dirs, tokenizer, tmp_path):
+    import transformers
+
+    from layerprobe import (AngularConfig, DataOptions, GradnormConfig, HealConfig, LayerMonitor,
+                            LayerprobeCallback, ModelOptions, PruneConfig)
+
+    folder = user_folder(tmp_path)
+    before = listing(folder)
+    model = ModelOptions(str(model_dirs["llama"]), device="cpu")
+    data = DataOptions("builtin", tokens=64, seq_len=16, batch_size=2)
+    calls = {
+        "angular": lambda: layerprobe.angular(AngularConfig(model=model, data=data, out=str(folder), overwrite=True)),
+        "prune": lambda: layerprobe.prune(PruneConfig(model=model, data=data, task="kl", out=str(folder),
+                                                      resume=True)),
+        "heal": lambda: layerprobe.heal(HealConfig(model=model, data=data, remove="1", out=str(folder),
+                                                   overwrite=True)),
+        "gradnorm": lambda: layerprobe.gradnorm(GradnormConfig(arch="tiny", out=str(folder), overwrite=True)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(LayerprobeError, match="did not write"):
+            call()
+    net = transformers.AutoModelForCausalLM.from_pretrained(model_dirs["llama"])
+    with pytest.raises(LayerprobeError, match="did not write"):
+        LayerMonitor(net, tokenizer, out=str(folder), overwrite=True, dataset="builtin", tokens=32, seq_len=16)
+    callback = LayerprobeCallback(tokenizer, out=str(folder), overwrite=True, dataset="builtin", tokens=32, seq_len=16)
+    with pytest.raises(LayerprobeError, match="did not write"):
+        callback.on_train_begin(SimpleNamespace(max_grad_norm=1.0, gradient_accumulation_steps=1),
+                                SimpleNamespace(global_step=0), None, model=net)
+    assert listing(folder) == before
+
+
+@pytest.mark.slow  # each command runs twice on a tiny model
+@pytest.mark.parametrize("command", list(RUNS))
+def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, model_dirs, tmp_path):
+    out = tmp_path / "run"
+    first = invoke(*run_args(command, model_dirs, out))
+    assert first.exit_code == 0, first.output
+    planted = out / ("merged/mine.bin" if command == "heal" else "mine.bin")
+    planted.write_text("mine")
+    assert_error(invoke(*run_args(command, model_dirs, out, "--overwrite")), "mine.bin")
+    assert planted.read_text() == "mine"
+    planted.unlink()
+    again = invoke(*run_args(command, model_dirs, out, "--overwrite"))
+    assert again.exit_code == 0, again.output
+    if command == "angular":  # a report written into the run is layerprobe's too
+        assert invoke("report", out, "--out", out).exit_code == 0
+        assert invoke(*run_args(command, model_dirs, out, "--overwrite")).exit_code == 0
+    if command != "export":
+        other = "prune" if command == "angular" else "angular"
+        flag = "--resume" if other in RESUMABLE else "--overwrite"
+        assert_error(invoke(*run_args(other, model_dirs, out, flag)), f"not {article(other)} {other} run")
+
+
+# ---- rule 2: a NaN or infinite result is an error ------------------------------------------------------------------
+
+@pytest.mark.slow  # a healing step or curve per case on a tiny model
+@pytest.mark.parametrize("args,flag", [
+    (["heal", "--lr", "1e30"], "--lr"),
+    (["heal", "--lr", "inf"], "--lr"),
+    (["curve", "--heal-steps", "1", "--heal-lr", "1e30"], "--heal-lr"),
+])
+def test_a_diverging_rate_is_an_error_naming_it(args, flag, model_dirs, tmp_path):
+    out = tmp_path / "run"
+    result = invoke(*run_args(args[0], model_dirs, out, *args[1:]))
+    assert_error(result, flag)
+    assert "checkpoint" not in result.output.split("error:")[1]
+    assert not (out / "summary.json").exists() and not (out / "merged").exists()
+
+
+# ---- rule 3: the library validates like the CLI --------------------------------------------------------------------
+
+def _library_cases(missing: str) -> list:
+    from layerprobe import AngularConfig, DataOptions, GradnormConfig, HealConfig, ModelOptions, TrainSettings
+
+    model = ModelOptions(missing)
+    return [
+        (lambda: layerprobe.angular(None), "AngularConfig"),
+        (lambda: layerprobe.angular(AngularConfig(model=missing)), "model"),
+        (lambda: layerprobe.angular(AngularConfig(model=model, data=DataOptions(tokens="256"))), "tokens"),
+        (lambda: layerprobe.heal(HealConfig(model=model, remove="1", steps=2.5)), "steps"),
+        (lambda: layerprobe.heal(HealConfig(model=model, remove="1", lr=math.nan)), "--lr"),
+        (lambda: layerprobe.heal(HealConfig(model=model, remove="1", lr=-1.0)), "--lr"),
+        (lambda: layerprobe.heal(HealConfig(model=model, remove="1", eval_every=0)), "--eval-every"),
+        (lambda: layerprobe.prune(layerprobe.PruneConfig(model=model, task="kl", block=0)), "--block"),
+        (lambda: layerprobe.gradnorm(GradnormConfig(train=TrainSettings(steps=-1))), "--steps"),
+        (lambda: layerprobe.export(layerprobe.ExportConfig(model=model, remove=5)), "remove"),
+        (lambda: layerprobe.toy(layerprobe.ToyConfig(depth=0)), "--depth"),
+        (lambda: layerprobe.LayerMonitor(None, None, every="5"), "every"),
+        (lambda: layerprobe.LayerprobeCallback(None, tokens=0).on_train_begin(None, None, None), "--tokens"),
+    ]
+
+
+def test_the_library_checks_each_field_before_any_model_loads(tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    for call, field in _library_cases(missing):
+        with pytest.raises(LayerprobeError) as caught:
+            call()
+        text = str(caught.value)
+        assert field in text and "\n" not in text, text
+        assert "does not exist" not in text  # refused before the model was looked for
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(LayerprobeError, match="is a file"):
+        layerprobe.load_run(tmp_path / "a-file")
+
+
+# ---- rule 4 and issue 38 item 4: records read as input are verified ------------------------------------------------
+
+@pytest.fixture
+def exported(model_dirs, tmp_path):
+    out = tmp_path / "exported"
+    assert invoke(*run_args("export", model_dirs, out, "--no-verify")).exit_code == 0
+    return out
+
+
+@pytest.mark.slow  # loads the tiny model per case
+@pytest.mark.parametrize("damage,needle", [
+    (lambda r: "{not json", "is not valid JSON"),
+    (lambda r: json.dumps([r]), "holds a list"),
+    (lambda r: json.dumps({k: v for k, v in r.items() if k != "removed"}), "lacks the key 'removed'"),
+    (lambda r: json.dumps({**r, "removed": [7]}), "'removed' names blocks [7]"),
+    (lambda r: json.dumps({**r, "weights": "sha256-head-tail:" + "0" * 64}), "other weights"),
+])
+def test_a_damaged_or_foreign_removal_record_is_one_line(exported, damage, needle, tmp_path):
+    record = exported / "layerprobe-removal.json"
+    record.write_text(damage(json.loads(record.read_text())))
+    result = invoke("heal", exported, "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h")
+    assert_error(result, needle)
+    assert "layerprobe-removal.json" in result.output and "--remove" not in result.output.split("error:")[1][:60]
+
+
+@pytest.mark.slow  # a curve and four exports of tiny models
+def test_a_curve_of_other_weights_or_another_directory(model_dirs, tmp_path, monkeypatch):
+    """A curve of qwen2 applied to llama: refused unless --allow-other-weights; a curve that recorded its model
+    relative to another working directory resolves it where it was run; a curve missing a key is one line."""
+    work = tmp_path / "work"
+    shutil.copytree(model_dirs["qwen2"], work / "qwen2")
+    monkeypatch.chdir(work)
+    curve = tmp_path / "curve"
+    result = invoke("prune", "qwen2", "--task", "kl", "--curve", "--strategies", "last", "--max-removed", "1",
+                    *TINY, "--out", curve)
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(tmp_path)  # the recorded 'qwen2' is relative to work/
+    common = ["--from-curve", curve, "--strategy", "last", "--k", "1", "--device", "cpu", "--no-verify"]
+    result = invoke("export", *common, "--out", tmp_path / "e1")
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "e1" / "layerprobe-removal.json").read_text())["source_path"] == str(work / "qwen2")
+    other = ["--dtype", "float32"]
+    assert_error(invoke("export", model_dirs["llama"], *common, *other, "--out", tmp_path / "e2"), "other weights")
+    assert_error(invoke("heal", model_dirs["llama"], "--from-curve", curve, "--strategy", "last", "--k", "1",
+                        "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h"), "other weights")
+    allowed = invoke("export", model_dirs["llama"], *common, "--allow-other-weights", "--out", tmp_path / "e3")
+    assert allowed.exit_code == 0, allowed.output
+    summary = json.loads((curve / "summary.json").read_text())
+    del summary["model"]
+    (curve / "summary.json").write_text(json.dumps(summary))
+    assert_error(invoke("export", *common, "--out", tmp_path / "e4"), "lacks the key 'model'")
+
+
+@pytest.mark.parametrize("table,column", [("angular.csv", "distance"), ("angular.csv", "n"),
+                                          ("layers.csv", "layer")])
+def test_a_run_read_as_input_missing_a_column_is_one_line(table, column, tmp_path):
+    """What --angular, --from-curve, report and compare read: a table without a column its rows need."""
+    import pandas as pd
+
+    from tests.helpers import DEMO_REFERENCE
+
+    run = tmp_path / "angular"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    pd.read_csv(run / table).drop(columns=[column]).to_csv(run / table, index=False)
+    with pytest.raises(LayerprobeError, match=f"{table}' lacks the column '{column}'"):
+        layerprobe.load_run(run)
+
+
+# ---- rule 5: unwritable destinations -------------------------------------------------------------------------------
+
+@pytest.mark.slow  # prune and heal load the tiny model before they claim --out
+@pytest.mark.parametrize("command", list(RUNS))
+def test_an_unwritable_out_is_one_line(command, model_dirs, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    targets = [blocked / "x", "/proc/layerprobe-x"]
+    if os.geteuid() != 0:  # root writes into a read-only folder: only testable as a user
+        readonly = tmp_path / "ro"
+        readonly.mkdir(mode=0o555)
+        targets.append(readonly / "x")
+    for target in targets:
+        result = invoke(*run_args(command, model_dirs, target))
+        assert_error(result, "--out")
+        assert "Traceback" not in result.output
+
+
+# ---- rule 6: the GGUF cache folder as a whole ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("planted", ["adapter_model.safetensors", "adapter_config.json",
+                                     "model-00002-of-00002.safetensors", "sub/model.safetensors"])
+def test_a_file_planted_in_the_gguf_cache_is_refused(planted, tmp_path):
+    from layerprobe.models import gguf
+
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    files = {}
+    for name, data in (("model.safetensors", b"weights"), ("config.json", b"{}")):
+        (folder / name).write_bytes(data)
+        files[name] = gguf.file_sha256(folder / name)
+    (folder / gguf.INFO_FILE).write_text(json.dumps({"architecture": "llama", "quantization": "Q4_1",
+                                                     "sha256": "ab" * 32, "files": files}))
+    source = SimpleNamespace(sha256="ab" * 32)
+    gguf.verify_cached(folder, source)  # as written: trusted
+    (folder / planted).parent.mkdir(exist_ok=True)
+    (folder / planted).write_bytes(b"{}")
+    with pytest.raises(LayerprobeError, match=f"holds {planted.split('/')[0]}, which layerprobe did not write"):
+        gguf.verify_cached(folder, source)
