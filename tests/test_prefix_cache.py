@@ -152,7 +152,7 @@ def sweep_args(folder, task_dir, out, *flags):
 def test_prefix_cache_on_and_off_give_the_same_prune_csv(models, two_subjects, tmp_path):
     tables, summaries = {}, {}
     for name, flags in {"on": [], "off": ["--no-prefix-cache"], "per-variant": ["--no-shared-prefix"]}.items():
-        result = invoke(*sweep_args(models["llama"], two_subjects, tmp_path / name, *flags))
+        result = invoke(*sweep_args(models["gpt2"], two_subjects, tmp_path / name, *flags))
         assert result.exit_code == 0, result.output
         tables[name] = pd.read_csv(tmp_path / name / "prune.csv")
         summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())["prefix_cache"]
@@ -179,3 +179,36 @@ def test_fallback_is_chosen_and_recorded(models, model_dirs, two_subjects, tmp_p
     bert = transformers.BertForMaskedLM.from_pretrained(model_dirs["bert"])
     assert "encoder" in support(bert)
 
+
+
+def test_resume_after_a_kill_mid_subject_equals_an_uninterrupted_run(models, two_subjects, tmp_path, monkeypatch):
+    """Killed inside the second subject's prefix group (one question per batch): the first subject's answers were
+    saved, the second is computed whole again, and prune.csv equals the uninterrupted run's to the last digit."""
+    from layerprobe.commands.prune.run import run_prune
+    from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+    from layerprobe.evaluation import shared_lm
+
+    monkeypatch.setattr(shared_lm, "SAVE_EVERY", 0.0)  # save at every group's end
+
+    def config(out, **kw):
+        return PruneConfig(task="two_mmlu", include_path=str(two_subjects), out=str(out), num_fewshot=5,
+                           limit=LIMIT, model=ModelOptions(str(models["gpt2"]), "float32", "cpu"),
+                           data=DataOptions("builtin", "text", 64, 32, 1), **kw)
+
+    whole = run_prune(config(tmp_path / "whole"))
+    per_subject = 4 * LIMIT  # requests
+
+    def kill_in_the_second_subject(stage, done, total):
+        if stage.startswith("requests") and per_subject < done < total:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_prune(config(tmp_path / "cut"), kill_in_the_second_subject)
+    state = json.loads((tmp_path / "cut" / "state.json").read_text())
+    assert len(state["shared_pass"]["answers"]) == per_subject  # the first subject, whole; nothing of the second
+    again = []
+    resumed = run_prune(config(tmp_path / "cut", resume=True), lambda *call: again.append(call))
+    assert next(done for stage, done, _ in again if stage.startswith("requests")) == per_subject
+    pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"),
+                                  check_exact=True)
+    assert resumed.summary["prefix_cache"]["groups"] == 1  # this process's: the second subject
