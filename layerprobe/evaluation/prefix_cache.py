@@ -106,6 +106,8 @@ def layer_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
     from layerprobe.internals import DynamicLayer
 
     kv: list = []
+    if cache is None or not isinstance(getattr(cache, "layers", None), list):
+        raise Unsupported(f"the model returned no layered key/value cache ({type(cache).__name__})")
     for layer in cache.layers:
         if type(layer) is not DynamicLayer:  # sliding-window or quantized layers keep a cut or altered history
             raise Unsupported(f"the model's cache holds {type(layer).__name__} layers, which are not split exactly")
@@ -114,14 +116,16 @@ def layer_kv(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
 
 
 def filled(kv: list, batch: int) -> Any:
-    """A new DynamicCache holding `kv` (one sequence) for each of `batch` rows."""
+    """A new DynamicCache holding `kv` (one sequence) for each of `batch` rows, as broadcast views: the first
+    update of each layer (the batch's own keys and values) makes its only copy."""
     from layerprobe.internals import DynamicCache
 
     cache = DynamicCache()
     for index, pair in enumerate(kv):
         if pair is not None:
-            keys, values = pair
-            cache.update(keys.expand(batch, -1, -1, -1), values.expand(batch, -1, -1, -1), index)
+            keys, values = (t.expand(batch, -1, -1, -1) for t in pair)
+            cache.update(keys[:, :, :0], values[:, :, :0], index)  # an empty layer of the right kind
+            cache.layers[index].keys, cache.layers[index].values = keys, values
     return cache
 
 
@@ -157,7 +161,7 @@ class PrefixGroup:
         self.key = cache_key(calls)
         if replayable(calls, lm.variants, part) != list(lm.variants):
             raise Unsupported("a removed block computes what later blocks receive")
-        self.base = layer_kv(getattr(output, "cache", None) or output.past_key_values)  # transformers 5.24 / older
+        self.base = layer_kv(getattr(output, "cache", None) or getattr(output, "past_key_values", None))
         del output
         self.variants: dict[str, list] = {}
         self.block_tokens = len(tokens) * len(stack)
