@@ -61,8 +61,6 @@ def build_model(folder: Path, layers: int, hidden: int, arch: str | None) -> Non
 
 
 def subjects_group(folder: Path, count: int) -> None:
-    from lm_eval.tasks import TaskManager  # noqa: F401 (lm-eval's own subject list)
-
     from layerprobe.evaluation.mmlu import lm_eval_mmlu_dir
 
     names = sorted(p.stem for p in lm_eval_mmlu_dir().glob("mmlu_*.yaml"))[:count]
