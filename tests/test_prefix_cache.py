@@ -156,8 +156,10 @@ def test_prefix_cache_on_and_off_give_the_same_prune_csv(models, two_subjects, t
         assert result.exit_code == 0, result.output
         tables[name] = pd.read_csv(tmp_path / name / "prune.csv")
         summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())["prefix_cache"]
-    for other in ("off", "per-variant"):
-        pd.testing.assert_frame_equal(tables["on"], tables[other], check_exact=True)
+    exact = ["layer", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+    for other in ("off", "per-variant"):  # accuracies to the last digit; mean loglikelihoods within float noise
+        pd.testing.assert_frame_equal(tables["on"][exact], tables[other][exact], check_exact=True)
+        pd.testing.assert_frame_equal(tables["on"], tables[other], check_exact=False, rtol=0, atol=1e-5)
     assert summaries["on"]["path"] == "prefix cache" and summaries["on"]["groups"] == 2
     assert summaries["off"]["path"] == "shared layers" and summaries["off"]["reason"] == "--no-prefix-cache"
     assert summaries["per-variant"]["path"] == "per variant"
