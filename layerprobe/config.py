@@ -189,6 +189,9 @@ class PruneConfig:
     shared_prefix: bool = setting(True, negative=True, help="Restart each variant from the stored block input "
                                   "(ppl/kl/drift and lm-eval loglikelihood tasks); --no-shared-prefix scores each "
                                   "variant on its own.")
+    prefix_cache: bool = setting(True, negative=True, help="lm-eval shared prefix: a few-shot prefix that many "
+                                 "requests share runs once per variant (its keys and values reused); "
+                                 "--no-prefix-cache runs every request whole.")
     max_memory: int | None = setting(None, numbers=False, parse="size", help="lm-eval shared prefix: memory for a "
                                      "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
                                      "quarter of RAM).")

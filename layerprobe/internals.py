@@ -99,6 +99,18 @@ INTERNALS = (
              "transformers imports the reader from the gguf package at call time, once for the config, the tokenizer "
              "and the weights each (if it stops doing so, a conversion is only slower)",
              source=("from gguf import GGUFReader",)),
+    Internal("Cache", "transformers", ("transformers.cache_utils:Cache",),
+             "evaluation/prefix_cache.py finds the keyword under which every block receives the key/value cache "
+             "(isinstance), to hand a block replay another cache"),
+    Internal("DynamicCache", "transformers", ("transformers.cache_utils:DynamicCache",),
+             "evaluation/prefix_cache.py builds a few-shot prefix's cache per variant (an empty one, filled by the "
+             "blocks a replay runs) and fills one per batch with update(keys, values, layer index); reads its "
+             "layers (one per layer index, created on first update)",
+             params={"update": ("key_states", "value_states", "layer_idx")}, source=("self.layers",)),
+    Internal("DynamicLayer", "transformers", ("transformers.cache_utils:DynamicLayer",),
+             "evaluation/prefix_cache.py reads a full-attention cache layer's keys, values and is_initialized (a "
+             "layer of any other class, e.g. sliding-window, makes the sweep fall back to whole requests)",
+             attributes=("update",), source=("self.keys", "self.values", "self.is_initialized")),
     Internal("OutputRecorder", "transformers", ("transformers.utils.output_capturing:OutputRecorder",
                                                 "transformers.utils.generic:OutputRecorder"),
              "metrics/router.py finds the MoE routers from each model class's private _can_record_outputs"

