@@ -421,8 +421,12 @@ def heal_findings(run: Run) -> list[str]:
     if unpruned is not None and before["ppl"] > unpruned:  # the share of the removal's ppl cost won back
         share = (before["ppl"] - after["ppl"]) / (before["ppl"] - unpruned)
         won = f" (the unpruned model's: {unpruned:.4g}; {share:.0%} of the removal's cost won back)"
-    return [f"Healing the model without {s['removed']} ({s['objective']}, {s['steps']} steps, LoRA rank "
-            f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
+    method = s.get("method", "lora")
+    how = {"lora": f"{s['objective']}, {s['steps']} steps, LoRA rank {s['lora_rank']}",
+           "tail": f"{s['objective']}, {s['steps']} steps of the LM head and the last {s.get('tail_blocks')} blocks",
+           }.get(method, f"{method} replacement, no training, fitted on {s['train_tokens']} tokens in "
+                         f"{s.get('repair_seconds', 0):.1f} s")
+    return [f"Healing the model without {s['removed']} ({how}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
             f"to the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
 
 
