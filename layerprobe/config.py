@@ -157,6 +157,8 @@ class CurveSettings:
                                "--method` does (lstsq, cosine: seconds per set, no training; lora, tail: "
                                "--heal-steps steps) and score it again (--task ppl or kl); default lora when "
                                "--heal-steps is given.")
+    heal_calibration_tokens: int = setting(16384, minimum=1, help="--heal lstsq|cosine: token positions after the "
+                                           "probe tokens the maps are fitted on.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
     keep_by: str = setting("point", choices=("point", "bound"), help="--curve: what --keep judges: point (the "

@@ -305,14 +305,16 @@ def _healed(run: Run) -> list[str]:
     """--heal-steps: each strategy's largest set after healing, against the unpruned model healed alike."""
     s, table = run.summary, run.tables.get("curve")
     reference = s.get("healed_baseline")
-    if not s.get("heal_steps") or reference is None or table is None or "healed_score" not in table:
+    method = s.get("heal") or ("lora" if s.get("heal_steps") else None)
+    if not method or reference is None or table is None or "healed_score" not in table:
         return []
+    how = f"{s['heal_steps']} {'LoRA' if method == 'lora' else 'tail'} steps" if s.get("heal_steps") else method
+    alike = "unpruned model healed alike" if s.get("heal_steps") else "unpruned model"
     out = []
     for strategy, rows in table.groupby("strategy", sort=False):
         last = rows.sort_values("k").iloc[-1]
-        out.append(f"{strategy} healed ({s['heal_steps']} LoRA steps): without {int(last['k'])} layers {s['metric']} "
-                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the unpruned "
-                   "model healed alike.")
+        out.append(f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
+                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}.")
     return out
 
 

@@ -128,6 +128,10 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
             optional=True),
         Key("sets_scored", I, "distinct layer sets scored"),
         Key("heal_steps", I, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
+        Key("heal", S, "--heal: how each scored set was repaired (lstsq, cosine, lora, tail; null: not repaired)",
+            required=False, optional=True),
+        Key("heal_seconds", F, "--heal: wall time of all the repairs and their scoring in this run (a resumed run: "
+            "the part after the resume)", required=False, optional=True),
         Key("healed_baseline", F, "--heal-steps: the unpruned model healed the same way, on the same text (the "
             "healed curves' fair reference: the healing also adapts a model with every layer to the corpus)",
             required=False, optional=True),
