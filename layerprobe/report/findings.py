@@ -424,10 +424,12 @@ def heal_findings(run: Run) -> list[str]:
         share = (before["ppl"] - after["ppl"]) / (before["ppl"] - unpruned)
         won = f" (the unpruned model's: {unpruned:.4g}; {share:.0%} of the removal's cost won back)"
     method = s.get("method", "lora")
-    how = {"lora": f"{s['objective']}, {s['steps']} steps, LoRA rank {s['lora_rank']}",
-           "tail": f"{s['objective']}, {s['steps']} steps of the LM head and the last {s.get('tail_blocks')} blocks",
-           }.get(method, f"{method} replacement, no training, fitted on {s['train_tokens']} tokens in "
-                         f"{s.get('repair_seconds', 0):.1f} s")
+    if method == "lora":
+        how = f"{s['objective']}, {s['steps']} steps, LoRA rank {s['lora_rank']}"
+    elif method == "tail":
+        how = f"{s['objective']}, {s['steps']} steps of the LM head and the last {s.get('tail_blocks')} blocks"
+    else:
+        how = f"{method} replacement, no training, fitted on {s.get('train_tokens')} tokens"
     return [f"Healing the model without {s['removed']} ({how}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
             f"to the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
 
