@@ -13,7 +13,7 @@ import torch
 import transformers
 from safetensors.torch import load_file
 
-from .helpers import assert_error, independent_pruned, invoke
+from .helpers import assert_error, independent_pruned, invoke, reload_without_layerprobe
 
 DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
 CALIBRATION = 512  # token positions after the held-out 256: 4 batches of 4 x 32
@@ -156,26 +156,14 @@ def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
 
 
 def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):
-    import subprocess
-    import sys
-
     out = tmp_path / "run"
     result = invoke("heal", str(model_dirs["qwen2"]), "--remove", "1-2", "--method", "lstsq", *FIT, "--out", str(out))
     assert result.exit_code == 0, result.output
-    script = ("import json, sys, torch, transformers\n"
-              f"m = transformers.AutoModelForCausalLM.from_pretrained({str(out / 'merged')!r}).eval()\n"
-              "with torch.no_grad():\n"
-              "    out = m(input_ids=torch.tensor([[5, 6, 7, 8]])).logits\n"
-              "assert 'layerprobe' not in sys.modules\n"
-              "print(json.dumps({'layers': len(m.model.layers), 'config': m.config.num_hidden_layers, "
-              "'logits': out.flatten().tolist()}))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    facts = reload_without_layerprobe(out / "merged", [5, 6, 7, 8], tmp_path)
     maps = load_file(out / "transform.safetensors")
     full = transformers.AutoModelForCausalLM.from_pretrained(model_dirs["qwen2"]).eval()
     expected = hand_forward(full, torch.tensor([[5, 6, 7, 8]]), {(1, 2): maps["1-2"]}).flatten()
-    assert facts["layers"] == facts["config"] == 2
+    assert facts["layers"] == facts["blocks"] == 2
     torch.testing.assert_close(torch.tensor(facts["logits"]), expected, atol=1e-4, rtol=1e-4)
 
 
