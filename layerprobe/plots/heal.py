@@ -20,6 +20,9 @@ def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
     if replaced:
         loss_ax.text(0.5, 0.5, "no training:\nlinear maps fitted\nand folded", ha="center", va="center",
                      transform=loss_ax.transAxes, fontsize=9)
+        loss_ax.set_xticks([])
+        loss_ax.set_yticks([])
+        loss_ax.set_title("training", fontsize=9)
     scored = table.dropna(subset=["heldout_ppl"])
     for ax, column, colour, name, unit in ((ppl_ax, "heldout_ppl", "#27ae60", "held-out ppl", "perplexity"),
                                            (kl_ax, "heldout_kl", "#c0392b", "held-out KL(unpruned || healed)",
