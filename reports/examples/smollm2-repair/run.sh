@@ -6,13 +6,14 @@
 set -euo pipefail
 OUT=${OUT:-/tmp/smollm2-repair}
 STEPS=${STEPS:-200}
+LR=${LR:-2e-4}
 COMMON="--dataset builtin --tokens 2048 --seq-len 256 --batch-size 4 --no-gain --overwrite"
 declare -A SETS=([4]=12-15 [6]=13-18 [8]=11-18)
 for method in ${METHODS:-lstsq cosine tail lora}; do
   for k in ${KS:-4 6 8}; do
     case $method in
       lstsq|cosine) extra="--calibration-tokens 8192" ;;
-      *) extra="--steps $STEPS --eval-every $STEPS --save-every $STEPS" ;;
+      *) extra="--steps $STEPS --lr $LR --eval-every $STEPS --save-every $STEPS" ;;
     esac
     /usr/bin/time -f "%e s wall, %U s user, %S s sys" layerprobe heal smollm2 --remove "${SETS[$k]}" \
       --method "$method" $COMMON $extra --out "$OUT/k$k-$method" 2>&1 | grep -v "Writing model" | tail -4
