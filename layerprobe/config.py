@@ -27,6 +27,10 @@ POSITIONS = ("all", "last")
 FORMATS = ("png", "svg", "pdf")
 GREEDY_ENDS = ("keep", "allow")  # greedy: never remove the first and last remaining block (SLEB), or allow it
 OBJECTIVES = ("lm", "distill")  # heal: next-token loss, or KL to the unpruned model
+# heal --method: LoRA adapters (trained), the LM head and last blocks (trained), or one linear map per removed run
+# folded into the preceding MLP (ReplaceMe: least squares, or cosine distance; no training)
+HEAL_METHODS = ("lora", "lstsq", "cosine", "tail")
+REPLACEMENTS = ("lstsq", "cosine")  # the training-free methods (models/replacement.py)
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 DEMO_OUT = "reports/demo-run"  # where `layerprobe demo` writes by default (a timestamped sibling if it exists)
@@ -151,6 +155,12 @@ class CurveSettings:
                               "heal --objective lm does, on the text after the probe tokens) and score it again "
                               "(--task ppl or kl): curve.csv's healed_score, dashed lines in curve.png; 0 = off.")
     heal_lr: float = setting(2e-4, above=0, help="--heal-steps: peak learning rate of the healing.")
+    heal: str | None = setting(None, choices=HEAL_METHODS, help="--curve: repair each scored set as `layerprobe heal "
+                               "--method` does (lstsq, cosine: seconds per set, no training; lora, tail: "
+                               "--heal-steps steps) and score it again (--task ppl or kl); default lora when "
+                               "--heal-steps is given.")
+    heal_calibration_tokens: int = setting(16384, minimum=1, help="--heal lstsq|cosine: token positions after the "
+                                           "probe tokens the maps are fitted on.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
     keep_by: str = setting("point", choices=("point", "bound"), help="--curve: what --keep judges: point (the "
@@ -239,7 +249,8 @@ class ExportConfig:
 
 @dataclass
 class HealConfig:
-    """`layerprobe heal`: LoRA adapters trained on the shortened model (peft), scored on held-out text."""
+    """`layerprobe heal`: the shortened model repaired (LoRA with peft, its tail, or linear replacement), scored on
+    held-out text."""
 
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's or "
                                   "the export's source).")
@@ -252,7 +263,17 @@ class HealConfig:
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
-    steps: int = setting(200, minimum=1, help="Training steps (AdamW updates of the LoRA adapters).")
+    method: str = setting("lora", choices=HEAL_METHODS, help="lora: train LoRA adapters; tail: train only the LM "
+                          "head and the last --tail-blocks kept blocks; lstsq, cosine: no training, one linear map per "
+                          "removed run folded into the MLP output projection of the block before it (ReplaceMe).")
+    steps: int = setting(200, minimum=1, help="Training steps (AdamW updates; --method lora and tail).")
+    tail_blocks: int = setting(3, minimum=1, help="--method tail: the last N kept blocks trained with the LM head.")
+    calibration_tokens: int = setting(16384, minimum=1, help="--method lstsq|cosine: token positions after the "
+                                      "held-out text the maps are fitted on.")
+    ridge: float = setting(0.0, minimum=0, help="--method lstsq|cosine: ridge towards the identity (plain removal), "
+                           "relative to the mean squared MLP output: 0 = plain least squares.")
+    cosine_steps: int = setting(300, minimum=1, help="--method cosine: full-batch Adam steps from the lstsq map.")
+    cosine_lr: float = setting(1e-4, above=0, help="--method cosine: Adam's learning rate.")
     lr: float = setting(2e-4, above=0, help="Peak learning rate: linear warmup over 10% of the steps, then cosine "
                         "to 10%.")
     lora_rank: int = setting(8, minimum=1, help="LoRA rank r.")

@@ -204,3 +204,22 @@ def hf_next_distances(model, tok, texts, seq_len: int, batch_size: int, tokens: 
             sums[layer] += float(torch.arccos(torch.nn.functional.cosine_similarity(a, b, dim=-1).clamp(-1, 1)).sum())
         count += int(keep.sum())
     return [total / math.pi / count for total in sums]
+
+
+def reload_without_layerprobe(folder, ids: list[int], cwd) -> dict:
+    """Load `folder` with plain transformers in a fresh process that never imports layerprobe: {'layers': the
+    config's num_hidden_layers, 'blocks': len(model.model.layers), 'logits': the flattened logits of `ids`}."""
+    import json
+    import subprocess
+    import sys
+
+    script = ("import json, sys, torch, transformers\n"
+              f"m = transformers.AutoModelForCausalLM.from_pretrained({str(folder)!r}).eval()\n"
+              "with torch.no_grad():\n"
+              f"    out = m(input_ids=torch.tensor([{list(ids)}])).logits\n"
+              "assert 'layerprobe' not in sys.modules\n"
+              "print(json.dumps({'layers': m.config.num_hidden_layers, 'blocks': len(m.model.layers), "
+              "'logits': out.flatten().tolist()}))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import transformers
 
-from .helpers import assert_error, independent_pruned, invoke, reference_metric
+from .helpers import assert_error, independent_pruned, invoke, reference_metric, reload_without_layerprobe
 
 DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
 
@@ -168,8 +168,6 @@ def test_healing_lowers_heldout_loss_as_a_hand_written_peft_loop_does(healed, mo
 
 def test_merged_checkpoint_is_peft_merge_and_reloads_without_layerprobe(healed, model_dirs, tmp_path):
     import json
-    import subprocess
-    import sys
 
     import torch
     from peft import PeftModel
@@ -183,15 +181,7 @@ def test_merged_checkpoint_is_peft_merge_and_reloads_without_layerprobe(healed, 
     assert max(float((got[k] - want[k]).abs().max()) for k in want) <= 1e-6
     record = json.loads((healed / "merged" / "layerprobe-removal.json").read_text())
     assert record["removed"] == [1] and record["kept"] == [0, 2, 3] and record["healing"]["steps"] == 8
-    script = ("import json, sys, torch, transformers\n"
-              f"m = transformers.AutoModelForCausalLM.from_pretrained({str(healed / 'merged')!r}).eval()\n"
-              "with torch.no_grad():\n"
-              "    out = m(input_ids=torch.tensor([[5, 6, 7, 8]])).logits\n"
-              "assert 'layerprobe' not in sys.modules\n"
-              "print(json.dumps({'layers': m.config.num_hidden_layers, 'logits': out.flatten().tolist()}))\n")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    facts = json.loads(done.stdout.strip().splitlines()[-1])
+    facts = reload_without_layerprobe(healed / "merged", [5, 6, 7, 8], tmp_path)
     with torch.no_grad():
         expected = merged(input_ids=torch.tensor([[5, 6, 7, 8]])).logits.flatten()
     assert facts["layers"] == 3

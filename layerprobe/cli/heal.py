@@ -19,9 +19,11 @@ def heal(
                                 "--from-curve: the curve run's model."),
     given: dict | None = None,
 ) -> None:
-    """Recover what removing layers cost by training LoRA adapters on the shortened model.
+    """Recover what removing layers cost: LoRA, the tail, or linear replacement of the removed blocks.
 
-    LoRA (peft) on the model without the chosen layers; held-out ppl and kl before and after."""
+    LoRA (peft), the LM head and last kept blocks, or one linear map per removed run folded into the block before it
+    (--method lstsq|cosine, no training) on the model without the chosen layers; held-out ppl and kl before and
+    after."""
     from layerprobe.cli.common import fail
     from layerprobe.cli.export import show_gain
     from layerprobe.commands.heal.run import run_heal
@@ -37,10 +39,14 @@ def heal(
     show_warnings(run.warnings)
     s = run.summary
     before, after = s["heldout_before"], s["heldout_after"]
+    method = s.get("method", "lora")
+    how = (f"{s['objective']} objective, {s['steps']} steps" if method in ("lora", "tail") else
+           f"{s['train_tokens']} calibration tokens")
     out.print(f"healed {s['model']} without {s['removed']} ({s['num_layers_healed']} of {s['num_layers']} layers "
-              f"left), {s['objective']} objective, {s['steps']} steps: held-out ppl {before['ppl']:.4g} -> "
+              f"left) by {method}, {how}, {s['repair_seconds']:.1f} s: held-out ppl {before['ppl']:.4g} -> "
               f"{after['ppl']:.4g} (unpruned {s['heldout_unpruned_ppl']:.4g}), kl {before['kl']:.4g} -> "
               f"{after['kl']:.4g}", highlight=False)
     if s["gain"]:
         show_gain(s["gain"], s["device"])
-    out.print(f"adapter {s['adapter']}; merged checkpoint {s['merged']} -> [bold]{run.folder}[/bold]", highlight=False)
+    kept = f"adapter {s['adapter']}; " if s.get("adapter") else (f"maps {s['transform']}; " if s.get("transform") else "")
+    out.print(f"{kept}merged checkpoint {s['merged']} -> [bold]{run.folder}[/bold]", highlight=False)

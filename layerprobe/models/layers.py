@@ -319,3 +319,59 @@ def projections(model: Any, stack: BlockStack) -> dict[str, list[str]]:
                     path = names[id(module)]
                     found.setdefault(path.rsplit(".", 1)[-1], []).append(path)
     return {name: list(dict.fromkeys(paths)) for name, paths in found.items()}
+
+
+# ---- where a block's MLP output is made (training-free repair folds a linear map into it: heal --method lstsq) ----
+# The projection whose output the block adds to its residual stream, inside the MLP sub-layer, first found wins:
+# LLaMA/Qwen2/Mistral/Gemma/Phi-3 `down_proj`, GPT-2 `c_proj`, OPT/Phi `fc2`, GPT-J `fc_out`, GPT-NeoX/Falcon
+# `dense_4h_to_h`, older Mixtral experts `w2`. (RESIDUAL_INSIDE families: their `branch`.)
+DOWN_PROJECTIONS = ("down_proj", "c_proj", "fc2", "fc_out", "dense_4h_to_h", "w2")
+# Norms on the MLP's output before the residual add (Gemma 2/3 and OLMo 2 `post_feedforward_layernorm`, GLM-4
+# `post_mlp_layernorm`): a linear map folded into the down-projection would pass through them, so no fold is exact.
+POST_MLP_NORMS = ("post_feedforward_layernorm", "post_mlp_layernorm", "ffn_post_norm")
+# Families with a norm after the residual add (Post-LN): the block's output is LayerNorm(x + f(x)).
+POST_LN_TYPES = frozenset(RESIDUAL_INSIDE) - {"bloom"}  # BLOOM adds its residual inside `mlp`, but is Pre-LN
+# Linear layers that store their weight as (in, out) (GPT-2's Conv1D); torch's Linear stores (out, in).
+TRANSPOSED_LINEARS = ("Conv1D",)
+# The in-house family's placements whose block output is x + attn + mlp exactly (models/placement.py).
+PLAIN_RESIDUAL_PLACEMENTS = ("pre", "lns")
+
+
+def fold_target(model: Any, stack: BlockStack, index: int) -> Any:
+    """The linear module whose output block `index` adds to its residual stream as its MLP's update (m), where a map
+    T folded into its weight gives exactly m T; an ArchitectureError naming why where no such fold is exact."""
+    if index < 0:
+        raise ArchitectureError("Block 0 is removed and has no block before it whose MLP output could carry the "
+                                "replacement: keep block 0 (remove from 1 on), or use --method lora or tail.")
+    config = text_config(model)
+    model_type = getattr(config, "model_type", None)
+    if model_type in POST_LN_TYPES:
+        raise ArchitectureError(f"{model_type} is Post-LN (a LayerNorm after each residual add), so a map folded into "
+                                "an MLP's output projection is not applied as fitted: use --method lora or tail.")
+    placement = getattr(config, "placement", None)
+    if callable(placement) and placement(index, len(stack)) not in PLAIN_RESIDUAL_PLACEMENTS:
+        raise ArchitectureError(f"Block {index} uses the {placement(index, len(stack))} norm placement (a norm between "
+                                "its MLP and the next block's input), so no fold is exact: use --method lora or tail.")
+    block = stack.blocks[index]
+    norm = next((name for name in POST_MLP_NORMS if hasattr(block, name)), None)
+    if norm:
+        raise ArchitectureError(f"Block {index} normalizes its MLP output ({norm}) before the residual add (Peri-LN), "
+                                "so a map folded into its down-projection is not applied as fitted: use --method lora "
+                                "or tail.")
+    sublayer = find_sublayer(model, block, "mlp")
+    if hasattr(sublayer.module, "experts"):
+        raise ArchitectureError(f"Block {index}, before the removed blocks, is a mixture of experts: its MLP output is a "
+                                "routed sum with no single down-projection to fold into: remove other blocks, or use "
+                                "--method lora or tail.")
+    found = sublayer.branch if sublayer.residual_arg else next(
+        (getattr(sublayer.module, name) for name in DOWN_PROJECTIONS if hasattr(sublayer.module, name)), None)
+    if found is None or type(found).__name__ not in LINEAR_CLASSES:
+        raise ArchitectureError(f"Block {index}'s MLP ({type(sublayer.module).__name__}) has no output projection "
+                                f"layerprobe knows (looked for {', '.join(DOWN_PROJECTIONS)}): use --method lora or "
+                                "tail.")
+    return found
+
+
+def weight_is_transposed(linear: Any) -> bool:
+    """True where the module computes x @ weight (weight (in, out)), False for x @ weight.T (torch's Linear)."""
+    return type(linear).__name__ in TRANSPOSED_LINEARS

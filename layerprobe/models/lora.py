@@ -56,6 +56,25 @@ def load_adapter_tensors(peft_model: Any, tensors: dict[str, Any]) -> None:
     set_peft_model_state_dict(peft_model, tensors)
 
 
+def trained_tensors(model: Any) -> dict[str, Any]:
+    """What a healing trains, to save: a peft model's adapters, else every parameter that requires a gradient."""
+    if hasattr(model, "peft_config"):
+        return adapter_tensors(model)
+    return {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def load_trained_tensors(model: Any, tensors: dict[str, Any]) -> None:
+    if hasattr(model, "peft_config"):
+        load_adapter_tensors(model, tensors)
+        return
+    import torch
+
+    params = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in tensors.items():
+            params[name].copy_(value)
+
+
 def optimizer_tensors(optimizer: Any) -> tuple[dict[str, Any], list]:
     """(flat tensors 'index.name', the param groups as JSON) of an optimizer's state."""
     state = optimizer.state_dict()

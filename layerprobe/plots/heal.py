@@ -13,9 +13,16 @@ def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
     fig = Figure(figsize=(9.6, 3.6))
     loss_ax, ppl_ax, kl_ax = fig.subplots(1, 3)
     trained = table[table["step"] > 0]
+    replaced = bool(trained["loss"].isna().all())  # lstsq, cosine: step 0 removed, step 1 the maps folded
     loss_ax.plot(trained["step"], trained["loss"], color="#2e86c1", linewidth=1.0)
     loss_ax.set_title("training loss", fontsize=9)
     loss_ax.set_ylabel("loss per token (nats)", fontsize=8)
+    if replaced:
+        loss_ax.text(0.5, 0.5, "no training:\nlinear maps fitted\nand folded", ha="center", va="center",
+                     transform=loss_ax.transAxes, fontsize=9)
+        loss_ax.set_xticks([])
+        loss_ax.set_yticks([])
+        loss_ax.set_title("training", fontsize=9)
     scored = table.dropna(subset=["heldout_ppl"])
     for ax, column, colour, name, unit in ((ppl_ax, "heldout_ppl", "#27ae60", "held-out ppl", "perplexity"),
                                            (kl_ax, "heldout_kl", "#c0392b", "held-out KL(unpruned || healed)",
@@ -33,8 +40,12 @@ def heal_plot(table: Any, title: str, unpruned_ppl: float | None = None) -> Any:
         floor = 0.0 if column == "heldout_kl" else 1.0
         ax.set_ylim(bottom=floor)
     for ax in (loss_ax, ppl_ax, kl_ax):
-        ax.set_xlabel("step")
+        ax.set_xlabel("" if replaced else "step")
         ax.tick_params(labelsize=8)
+    if replaced:
+        for ax in (ppl_ax, kl_ax):
+            ax.set_xticks([0, 1], ["removed", "replaced"])
+            ax.set_xlim(-0.3, 1.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -305,14 +305,16 @@ def _healed(run: Run) -> list[str]:
     """--heal-steps: each strategy's largest set after healing, against the unpruned model healed alike."""
     s, table = run.summary, run.tables.get("curve")
     reference = s.get("healed_baseline")
-    if not s.get("heal_steps") or reference is None or table is None or "healed_score" not in table:
+    method = s.get("heal") or ("lora" if s.get("heal_steps") else None)
+    if not method or reference is None or table is None or "healed_score" not in table:
         return []
+    how = f"{s['heal_steps']} {'LoRA' if method == 'lora' else 'tail'} steps" if s.get("heal_steps") else method
+    alike = "unpruned model healed alike" if s.get("heal_steps") else "unpruned model"
     out = []
     for strategy, rows in table.groupby("strategy", sort=False):
         last = rows.sort_values("k").iloc[-1]
-        out.append(f"{strategy} healed ({s['heal_steps']} LoRA steps): without {int(last['k'])} layers {s['metric']} "
-                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the unpruned "
-                   "model healed alike.")
+        out.append(f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
+                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}.")
     return out
 
 
@@ -421,8 +423,14 @@ def heal_findings(run: Run) -> list[str]:
     if unpruned is not None and before["ppl"] > unpruned:  # the share of the removal's ppl cost won back
         share = (before["ppl"] - after["ppl"]) / (before["ppl"] - unpruned)
         won = f" (the unpruned model's: {unpruned:.4g}; {share:.0%} of the removal's cost won back)"
-    return [f"Healing the model without {s['removed']} ({s['objective']}, {s['steps']} steps, LoRA rank "
-            f"{s['lora_rank']}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
+    method = s.get("method", "lora")
+    if method == "lora":
+        how = f"{s['objective']}, {s['steps']} steps, LoRA rank {s['lora_rank']}"
+    elif method == "tail":
+        how = f"{s['objective']}, {s['steps']} steps of the LM head and the last {s.get('tail_blocks')} blocks"
+    else:
+        how = f"{method} replacement, no training, fitted on {s.get('train_tokens')} tokens"
+    return [f"Healing the model without {s['removed']} ({how}) moved the held-out ppl from {before['ppl']:.4g} to {after['ppl']:.4g}{won} and the kl "
             f"to the unpruned model from {before['kl']:.4g} to {after['kl']:.4g}."]
 
 

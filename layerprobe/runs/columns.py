@@ -156,7 +156,7 @@ TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of ea
     *MONITOR,
 )
 HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
-    Column("step", "AdamW updates done (0: before healing)", key=True),
+    Column("step", "AdamW updates done (0: before healing; --method lstsq|cosine: 1, the maps folded)", key=True),
     Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
            "on its batch, before its update; empty at step 0", "nats"),
     Column("lr", "the learning rate of the step's update"),
@@ -164,10 +164,23 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
            "--eval-every steps (else empty)", "nats"),
 )
+REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run of blocks, fitted in order
+    Column("run", "the removed run, first-last (0-based, inclusive)", key=True, number=False),
+    Column("first", "its first block"),
+    Column("last", "its last block"),
+    Column("folded_into", "the projection the map T was folded into (the MLP output of block first-1)", number=False),
+    Column("tokens", "calibration positions the map was fitted on", "positions"),
+    Column("mse_removed", "mean over positions of ||x_in - x_out||^2: what plain removal leaves (T = I)"),
+    Column("mse_fitted", "mean over positions of ||x_in - m + m T - x_out||^2 with the fitted T"),
+    Column("cosine_removed", "mean of 1 - cos(x_in, x_out): plain removal"),
+    Column("cosine_fitted", "mean of 1 - cos(x_in - m + m T, x_out) with the fitted T"),
+    Column("cosine_lstsq", "--method cosine: the cosine objective of the lstsq start (empty for lstsq)"),
+    Column("seconds", "wall time of the capture, the fit and the fold", "s"),
+)
 CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE + PAIRED, "scores.csv": PRUNE + PAIRED,
           "curve.csv": CURVE + CURVE_PAIRED, "samples.csv.gz": RECORDS,
-          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL,
+          "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL, "replace.csv": REPLACE,
           "monitor.csv": MONITOR, "training.csv": TRAINING}
 
 

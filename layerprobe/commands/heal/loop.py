@@ -12,7 +12,7 @@ from typing import Any, Callable
 from layerprobe.config import HealConfig, TrainSettings
 from layerprobe.errors import NumericsError
 from layerprobe.evaluation.taskfree import finish, metric_sum
-from layerprobe.models.lora import adapter_tensors, load_adapter_tensors, load_optimizer_tensors, optimizer_tensors
+from layerprobe.models.lora import load_optimizer_tensors, load_trained_tensors, optimizer_tensors, trained_tensors
 from layerprobe.models.training import lr_factor
 from layerprobe.progress import Progress
 from layerprobe.runs.resume import PassCheckpoint
@@ -24,11 +24,12 @@ class Data:
 
     heldout: list  # data.packing.Batch, exactly as `prune --task ppl|kl` reads the first --tokens of the corpus
     train: Any  # (n, batch, seq) int64: full batches of the text after the held-out slice
+    first_position: int = 0  # the corpus position where the training (or calibration) text starts
 
 
 @dataclass
 class Models:
-    student: Any  # the peft-wrapped shortened model (blocks removed in place), training
+    student: Any  # the shortened model (blocks removed in place), peft-wrapped (lora) or its tail trainable
     teacher: Any  # the unpruned model, eval, never trained
     device: str
 
@@ -105,7 +106,7 @@ def _save(checkpoint: PassCheckpoint, models: Models, optimizer: Any, healing: H
     import torch
 
     flat, groups = optimizer_tensors(optimizer)
-    tensors = {**{f"adapter/{k}": v for k, v in adapter_tensors(models.student).items()},
+    tensors = {**{f"adapter/{k}": v for k, v in trained_tensors(models.student).items()},
                **{f"optimizer/{k}": v for k, v in flat.items()}, "rng/torch": torch.get_rng_state()}
     checkpoint.save(tensors, {"step": healing.step, "rows": healing.rows, "seconds": healing.seconds,
                               "param_groups": groups}, force=True)
@@ -118,7 +119,7 @@ def _restore(checkpoint: PassCheckpoint, models: Models, optimizer: Any) -> Heal
     if loaded is None:
         return None
     tensors, counters = loaded
-    load_adapter_tensors(models.student, {k[8:]: v for k, v in tensors.items() if k.startswith("adapter/")})
+    load_trained_tensors(models.student, {k[8:]: v for k, v in tensors.items() if k.startswith("adapter/")})
     load_optimizer_tensors(optimizer, {k[10:]: v for k, v in tensors.items() if k.startswith("optimizer/")},
                            counters["param_groups"])
     torch.set_rng_state(tensors["rng/torch"])

@@ -18,9 +18,18 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.progress import Progress
 from layerprobe.runs.columns import HEAL, names
-from layerprobe.runs.folder import FILE_MODE, atomic_write_text, note_written, run_files
+from layerprobe.runs.folder import FILE_MODE, atomic_write_bytes, atomic_write_text, note_written, run_files
 
 ADAPTER, MERGED = "adapter", "merged"
+TRANSFORM_FILE = "transform.safetensors"  # --method lstsq|cosine: every map T, float64, keyed by its run (12-18)
+
+
+def write_transforms(path: Path, transforms: dict, facts: dict) -> None:
+    """Every fitted map (run label -> T, (d, d) float64; the shortened model computes x - m + m T), atomically."""
+    from safetensors.torch import save
+
+    metadata = {key: json.dumps(value) for key, value in facts.items()}
+    atomic_write_bytes(path, save({label: T.contiguous().cpu() for label, T in transforms.items()}, metadata=metadata))
 
 
 def heal_table(rows: list[dict]) -> Any:
@@ -65,15 +74,32 @@ def _gain(config: HealConfig, probe: Any, ids: list[int]) -> dict | None:
 
 def save_outputs(folder: Path, config: HealConfig, probe: Any, models: Models, data: Any, ids: list[int],
                  record: dict | None, healing: Healing, progress: Progress) -> dict:
-    """adapter/, then merged/ (verified by a plain transformers reload), its record, and the gain."""
-    import torch
-
+    """Trained healings (lora, tail): adapter/ (LoRA only), then merged/ (save_merged)."""
     progress("heal outputs", 0, 3)
     trainable = sum(p.numel() for p in models.student.parameters() if p.requires_grad)
-    models.student.peft_config["default"].base_model_name_or_path = None  # the base is the shortened model
-    _publish(folder / ADAPTER, models.student.save_pretrained)
+    lora = config.method == "lora"
+    if lora:
+        models.student.peft_config["default"].base_model_name_or_path = None  # the base is the shortened model
+        _publish(folder / ADAPTER, models.student.save_pretrained)
     progress("heal outputs", 1, 3)
-    merged = models.student.merge_and_unload()
+    merged = models.student.merge_and_unload() if lora else models.student
+    rows = [r for r in healing.rows if r["heldout_ppl"] == r["heldout_ppl"]]
+    healed = {"method": config.method, "objective": config.objective, "steps": config.steps, "lr": config.lr,
+              "lora_rank": config.lora_rank if lora else None, "lora_alpha": config.lora_alpha if lora else None,
+              "tail_blocks": None if lora else config.tail_blocks, "trainable_parameters": trainable,
+              "dataset": probe.corpus.description,
+              "heldout_before": {"ppl": rows[0]["heldout_ppl"], "kl": rows[0]["heldout_kl"]},
+              "heldout_after": {"ppl": rows[-1]["heldout_ppl"], "kl": rows[-1]["heldout_kl"]},
+              "heldout_unpruned_ppl": unpruned_ppl(models, data), "adapter": str(folder / ADAPTER) if lora else None,
+              "exported_from": record and str(config.model.model)}
+    return {"trainable": trainable, **save_merged(folder, config, probe, merged, data, ids, record, healed, progress)}
+
+
+def save_merged(folder: Path, config: HealConfig, probe: Any, merged: Any, data: Any, ids: list[int],
+                record: dict | None, healed: dict, progress: Progress) -> dict:
+    """merged/ (verified by a plain transformers reload), its record with the `healing` record, and the gain."""
+    import torch
+
     batch = data.heldout[0].input_ids.to(probe.device)
     with torch.inference_mode():
         want = merged(input_ids=batch, use_cache=False).logits
@@ -88,34 +114,35 @@ def save_outputs(folder: Path, config: HealConfig, probe: Any, models: Models, d
     difference = verify_reload(folder / MERGED, want, head_class, batch, next(merged.parameters()).dtype)
     progress("heal outputs", 2, 3)
     gain = _gain(config, probe, ids)
-    rows = [r for r in healing.rows if r["heldout_ppl"] == r["heldout_ppl"]]
-    healed = {"objective": config.objective, "steps": config.steps, "lr": config.lr, "lora_rank": config.lora_rank,
-              "lora_alpha": config.lora_alpha, "trainable_parameters": trainable, "dataset": probe.corpus.description,
-              "heldout_before": {"ppl": rows[0]["heldout_ppl"], "kl": rows[0]["heldout_kl"]},
-              "heldout_after": {"ppl": rows[-1]["heldout_ppl"], "kl": rows[-1]["heldout_kl"]},
-              "heldout_unpruned_ppl": unpruned_ppl(models, data), "adapter": str(folder / ADAPTER), "exported_from": record and str(config.model.model)}
     removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config, difference, gain)
     removal["files"] = sorted({*run_files(folder / MERGED), REMOVAL_FILE})  # what an export --overwrite may replace
     atomic_write_text(folder / MERGED / REMOVAL_FILE, json.dumps({**removal, "healing": healed}, indent=2) + "\n")
     progress("heal outputs", 3, 3)
-    return {"trainable": trainable, "difference": difference, "gain": gain, "healing": healed}
+    return {"difference": difference, "gain": gain, "healing": healed}
 
 
-def heal_summary(config: HealConfig, probe: Any, facts: dict, ids: list[int], targets: list[str], data: Any,
-                 saved: dict, seconds: float, folder: Path) -> dict:
-    """summary.json (runs/schema.py, heal)."""
+def heal_summary(config: HealConfig, probe: Any, facts: dict, ids: list[int], details: dict, saved: dict,
+                 seconds: float, folder: Path) -> dict:
+    """summary.json (runs/schema.py, heal): what every method writes, and the method's own `details`."""
     healed = saved["healing"]
     return {"command": "heal", **facts, "dataset": probe.corpus.description, "tokens": config.data.tokens,
             "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "removed": ranges_label(ids),
-            "removed_layers": ids, "num_layers_healed": len(probe.stack) - len(ids), "objective": config.objective,
-            "steps": config.steps, "lr": config.lr, "lora_rank": config.lora_rank, "lora_alpha": config.lora_alpha,
-            "lora_targets": sorted({t.rsplit(".", 1)[-1] for t in targets}), "trainable_parameters": saved["trainable"],
-            "train_tokens": config.steps * config.data.batch_size * probe.seq_len,
-            "train_sequences": int(data.train.shape[0] * data.train.shape[1]),
-            "heldout_before": healed["heldout_before"], "heldout_after": healed["heldout_after"],
-            "heldout_unpruned_ppl": healed["heldout_unpruned_ppl"],
-            "adapter": str(folder / ADAPTER), "merged": str(folder / MERGED),
+            "removed_layers": ids, "num_layers_healed": len(probe.stack) - len(ids), "method": config.method,
+            **details, "heldout_before": healed["heldout_before"], "heldout_after": healed["heldout_after"],
+            "heldout_unpruned_ppl": healed["heldout_unpruned_ppl"], "merged": str(folder / MERGED),
             "verified_max_difference": saved["difference"], "gain": saved["gain"], "from_curve": config.from_curve,
             "strategy": config.strategy if config.from_curve else None, "exported_from": healed["exported_from"],
             "seconds": round(seconds, 3), "warnings": list(probe.warnings)}
 
+
+def trained_details(config: HealConfig, probe: Any, targets: list[str], data: Any, trainable: int,
+                    folder: Path) -> dict:
+    """heal_summary's details of lora and tail."""
+    lora = config.method == "lora"
+    return {"objective": config.objective, "steps": config.steps, "lr": config.lr,
+            "lora_rank": config.lora_rank if lora else None, "lora_alpha": config.lora_alpha if lora else None,
+            "lora_targets": sorted({t.rsplit(".", 1)[-1] for t in targets}) if lora else None,
+            "tail_blocks": None if lora else config.tail_blocks, "trainable_parameters": trainable,
+            "train_tokens": config.steps * config.data.batch_size * probe.seq_len,
+            "train_sequences": int(data.train.shape[0] * data.train.shape[1]),
+            "adapter": str(folder / ADAPTER) if lora else None}

@@ -1,11 +1,13 @@
 """run_heal(config): `layerprobe heal`. Remove the blocks (--remove, --from-curve, or an exported folder's record),
-train LoRA adapters on the shortened model with peft on the probe corpus, score held-out text before and after,
-and write the run folder: adapter/ (PeftModel.from_pretrained), merged/ (plain transformers, the export contract),
-heal.csv, heal.png, summary.json, manifest.json.
+repair the shortened model (--method lora: LoRA adapters with peft; tail: the LM head and the last kept blocks
+trained; lstsq, cosine: one linear map per removed run folded into the block before it, no training: replace.py),
+score held-out text before and after, and write the run folder: adapter/ (lora: PeftModel.from_pretrained),
+transform.safetensors and replace.csv (lstsq, cosine), merged/ (plain transformers, the export contract), heal.csv,
+heal.png, summary.json, manifest.json.
 
 The held-out text is the first --tokens positions of the corpus, packed as `prune --task ppl|kl` packs them (its
 step-0 kl is prune's kl of the same removal); training reads the sequences after it, batch s-1 at step s, and
-cycles when the text ends. The unpruned model stays in memory beside its shortened copy (kl, distill).
+cycles when the text ends; the replacement maps are fitted on the first --calibration-tokens positions after it. The unpruned model stays in memory beside its shortened copy (kl, distill).
 """
 
 from __future__ import annotations
@@ -18,10 +20,13 @@ from typing import Any
 
 from layerprobe.commands.export import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove,
                                        read_removal, recorded_weights)
-from layerprobe.commands.heal.loop import Data, Models, heal_loop
-from layerprobe.commands.heal.outputs import heal_summary, heal_table, save_outputs
+from layerprobe.commands.heal.loop import Data, Models, heal_loop, row
+from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
+                                              trained_details, write_transforms)
+from layerprobe.commands.heal.replace import fold_targets, paired_scores, repair
+from layerprobe.commands.heal.tail import tail_only_trainable
 from layerprobe.commands.probe import open_probe, preflight
-from layerprobe.config import HealConfig
+from layerprobe.config import HEAL_METHODS, REPLACEMENTS, HealConfig
 from layerprobe.data.packing import batches, empty_corpus_error, packed_sequences
 from layerprobe.errors import ConfigError, DatasetError
 from layerprobe.models.layers import find_blocks, is_encoder
@@ -29,6 +34,7 @@ from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.plots.heal import heal_plot
 from layerprobe.progress import Progress, silent
+from layerprobe.runs.columns import REPLACE, names
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug, write_csv
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
@@ -77,8 +83,9 @@ def _check_source(config: HealConfig, record: dict | None, loaded: Any, num_laye
     return check_record_ids(record, path, num_layers)
 
 
-def load_data(config: HealConfig, probe: Any) -> Data:
-    """Held-out batches (the first --tokens), then steps x batch-size full training sequences after them."""
+def load_data(config: HealConfig, probe: Any, train_tokens: int | None = None) -> Data:
+    """Held-out batches (the first --tokens), then steps x batch-size full training sequences after them (or
+    `train_tokens` positions, in whole batches)."""
     import torch
 
     data, seq_len = config.data, probe.seq_len
@@ -86,7 +93,8 @@ def load_data(config: HealConfig, probe: Any) -> Data:
     if not heldout:
         raise empty_corpus_error(probe.corpus.spec)
     skip = sum(b.input_ids.shape[0] for b in heldout)  # a partial last sequence is skipped whole: disjoint
-    wanted = config.steps * data.batch_size * seq_len
+    per_batch = data.batch_size * seq_len
+    wanted = -(-train_tokens // per_batch) * per_batch if train_tokens else config.steps * per_batch
     rows = [s for s in packed_sequences(probe.corpus.texts(), probe.tokenizer, seq_len, skip * seq_len + wanted)][skip:]
     rows = [r for r in rows if len(r) == seq_len]
     full = len(rows) // data.batch_size * data.batch_size
@@ -95,7 +103,7 @@ def load_data(config: HealConfig, probe: Any) -> Data:
                            f"positions for one training batch of {data.batch_size} x {seq_len}: lower --tokens, "
                            "--batch-size or --seq-len, or pass a larger --dataset.")
     train = torch.tensor(rows[:full], dtype=torch.long).view(-1, data.batch_size, seq_len)
-    return Data(heldout, train)
+    return Data(heldout, train, skip * seq_len)
 
 
 def _checks(config: HealConfig) -> None:
@@ -103,12 +111,70 @@ def _checks(config: HealConfig) -> None:
         raise ConfigError(f"--steps must be positive, got {config.steps}.")
     if config.objective not in ("lm", "distill"):
         raise ConfigError(f"Unknown --objective '{config.objective}': use lm or distill.")
+    if config.method not in HEAL_METHODS:
+        raise ConfigError(f"Unknown --method '{config.method}': use {', '.join(HEAL_METHODS)}.")
+
+
+def _trained(config: HealConfig, probe: Any, student: Any, ids: list[int], data: Data, folder: Path,
+             record: dict | None, progress: Progress) -> tuple[dict, dict, Any, Any]:
+    """lora and tail: train, score, save. (details, saved, heal.csv's table, heal.png)."""
+    checkpoint = PassCheckpoint(folder, probe.identity(config) | {"resolved.removed": ids})
+    stack = find_blocks(student, probe.stack.path)
+    with removed_layers(student, ids, stack) as short:
+        if config.method == "lora":
+            targets = lora_targets(student, short, config.lora_targets)
+            trained = with_lora(student, targets, config.lora_rank, config.lora_alpha, config.seed)
+        else:
+            targets, trained = tail_only_trainable(student, short, config.tail_blocks), student
+        models = Models(trained, probe.model, probe.device)
+        healing = heal_loop(config, models, data, checkpoint, progress,
+                            lambda rows: write_csv(folder / "heal.csv", heal_table(rows)))
+        saved = save_outputs(folder, config, probe, models, data, ids, record, healing, progress)
+    table = heal_table(healing.rows)
+    what = (f"{config.objective} healing, {config.steps} steps" if config.method == "lora" else
+            f"LM head and last {config.tail_blocks} blocks trained ({config.objective}), {config.steps} steps")
+    details = trained_details(config, probe, targets, data, saved["trainable"], folder)
+    return details | {"repair_seconds": round(healing.seconds, 3)}, saved, table, (what, healing.before)
+
+
+def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data: Data, folder: Path,
+              record: dict | None, progress: Progress) -> tuple[dict, dict, Any, Any]:
+    """lstsq and cosine: fit and fold the maps, score before and after in one pass, save."""
+    import pandas as pd
+
+    stack = find_blocks(student, probe.stack.path)
+    repaired = repair(student, stack, ids, list(data.train), config.method, config.ridge, config.cosine_steps,
+                      config.cosine_lr, probe.device, progress)
+    write_transforms(folder / TRANSFORM_FILE, repaired.transforms, {"method": config.method, "ridge": config.ridge})
+    write_csv(folder / "replace.csv", pd.DataFrame(repaired.rows, columns=names(REPLACE)))
+    tokens = int(data.train.numel())
+    calibration = {"dataset": probe.corpus.description, "tokens": tokens, "first_position": data.first_position,
+                   "last_position": data.first_position + tokens - 1, "sequences": int(data.train.shape[0] *
+                                                                                      data.train.shape[1])}
+    with removed_layers(student, ids, stack):
+        scores = paired_scores(probe.model, student, repaired, data.heldout, probe.device)
+        healed = {"method": config.method, "ridge": config.ridge, "calibration": calibration,
+                  "cosine_steps": config.cosine_steps if config.method == "cosine" else None,
+                  "heldout_before": dict(zip(("ppl", "kl"), scores["before"])),
+                  "heldout_after": dict(zip(("ppl", "kl"), scores["after"])), "heldout_unpruned_ppl": scores["unpruned"],
+                  "transform": str(folder / TRANSFORM_FILE), "exported_from": record and str(config.model.model)}
+        saved = save_merged(folder, config, probe, student, data, ids, record, healed, progress)
+    table = heal_table([row(0, float("nan"), float("nan"), scores["before"]),
+                        row(1, float("nan"), float("nan"), scores["after"])])
+    details = {"objective": None, "steps": config.cosine_steps if config.method == "cosine" else 0,
+               "lr": config.cosine_lr if config.method == "cosine" else None, "lora_rank": None, "lora_alpha": None,
+               "lora_targets": None, "tail_blocks": None, "adapter": None,
+               "trainable_parameters": sum(int(T.numel()) for T in repaired.transforms.values()),
+               "train_tokens": tokens, "train_sequences": calibration["sequences"], "ridge": config.ridge,
+               "calibration": calibration, "transform": str(folder / TRANSFORM_FILE),
+               "repair_seconds": round(repaired.seconds, 3)}
+    return details, saved, table, (f"{config.method} replacement of each removed run", 0.0)
 
 
 @takes(HealConfig, "layerprobe.heal")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
-    """Remove, heal with LoRA, score before and after, write the run folder (see the module's docstring)."""
+    """Remove, repair (--method), score before and after, write the run folder (see the module's docstring)."""
     started, clock = start_time(), time.perf_counter()
     _checks(config)
     spec, remove, record = removal_source(config)
@@ -122,28 +188,26 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
     if is_encoder(probe.model):
         raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
-    ids = _check_source(config, record, probe.loaded, len(probe.stack)) or parse_remove(str(remove), len(probe.stack))
-    data = load_data(config, probe)
+    ids = _check_source(config, record, probe.loaded, len(probe.stack))
+    if ids is None:
+        ids = parse_remove(remove if isinstance(remove, str) else ",".join(map(str, remove)), len(probe.stack))
+    replacing = config.method in REPLACEMENTS
+    if replacing:
+        fold_targets(probe.model, probe.stack, ids)  # an inexact fold is refused before anything is written
+    data = load_data(config, probe, config.calibration_tokens if replacing else None)
     folder = prepare_run_dir(out, config.overwrite, config.resume, "heal")
-    checkpoint = PassCheckpoint(folder, probe.identity(config) | {"resolved.removed": ids})
     with probe.loaded.as_saved():  # the copy keeps the checkpoint's own config (use_cache) for the merged save
         student = copy.deepcopy(probe.model)
-    stack = find_blocks(student, probe.stack.path)
-    with removed_layers(student, ids, stack) as short:
-        targets = lora_targets(student, short, config.lora_targets)
-        peft_model = with_lora(student, targets, config.lora_rank, config.lora_alpha, config.seed)
-        models = Models(peft_model, probe.model, probe.device)
-        healing = heal_loop(config, models, data, checkpoint, progress,
-                            lambda rows: write_csv(folder / "heal.csv", heal_table(rows)))
-        saved = save_outputs(folder, config, probe, models, data, ids, record, healing, progress)
-    table = heal_table(healing.rows)
+    method = _replaced if replacing else _trained
+    details, saved, table, (what, before) = method(config, probe, student, ids, data, folder, record, progress)
     facts = probe.facts()
-    seconds = time.perf_counter() - clock + healing.before
-    summary = heal_summary(config, probe, facts, ids, targets, data, saved, seconds, folder)
+    seconds = time.perf_counter() - clock + before
+    summary = heal_summary(config, probe, facts, ids, details, saved, seconds, folder)
     title = (f"{model_label(spec)} without {summary['removed']} ({len(ids)} of {len(probe.stack)} layers removed): "
-             f"{config.objective} healing, {config.steps} steps")
-    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": heal_plot(table, title, summary.get("heldout_unpruned_ppl"))},
-                       summary=summary, config=config, started=started, seconds=seconds, facts=facts,
-                       formats=config.formats, warnings=probe.warnings)
-    checkpoint.clear()
+             f"{what}")
+    figure = heal_plot(table, title, summary.get("heldout_unpruned_ppl"))
+    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": figure}, summary=summary,
+                       config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
+                       warnings=probe.warnings)
+    (folder / PassCheckpoint.FILE).unlink(missing_ok=True)  # the training's save, once the run is whole
     return result

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.probe import Probe
-from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_sets
+from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
@@ -267,7 +267,10 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         distinct = {Variant.of(ids) for by_k in sets.values() for ids in by_k.values()}  # shared sets once
         job.variants = sorted(distinct, key=lambda v: (v.block, v.removed))
         higher = task.run(job)
+    healing_started = time.perf_counter()
     healed = heal_sets(config, probe, job.variants, ledger, progress)  # outside inference mode: it trains
+    heal_seconds = time.perf_counter() - healing_started
+    warnings += refusals(ledger)
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
                           task.facts(job).get("groups"))
@@ -285,7 +288,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
-               "heal_steps": settings.heal_steps, "healed_baseline": healed.get(UNPRUNED),
+               "heal_steps": settings.heal_steps, "heal": heal_method(config), "healed_baseline": healed.get(UNPRUNED),
+               "heal_seconds": round(heal_seconds, 3) if healed else None,
                "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),

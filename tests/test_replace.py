@@ -1,0 +1,265 @@
+"""heal --method lstsq|cosine|tail and prune --curve --heal: each against an independent reference (numpy's
+least squares on activations captured here by plain hooks, the fold written out by hand, a hand forward that puts
+x_i - m + m T in place of the removed blocks, a hand AdamW loop, a fresh process without layerprobe)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file
+
+from .helpers import assert_error, independent_pruned, invoke, reload_without_layerprobe
+
+DATA = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "32", "--batch-size", "4"]
+CALIBRATION = 512  # token positions after the held-out 256: 4 batches of 4 x 32
+FIT = [*DATA, "--calibration-tokens", str(CALIBRATION), "--no-gain"]
+
+
+def calibration_batches(folder) -> torch.Tensor:
+    """(n, 4, 32): the full packed sequences after the held-out ones, packed here from the documented rule."""
+    from layerprobe.data.corpora import open_corpus
+    from layerprobe.data.packing import batches, packed_sequences
+
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    heldout = list(batches(open_corpus("builtin").texts(), tok, 32, 4, 256))
+    skip = sum(b.input_ids.shape[0] for b in heldout)
+    rows = [r for r in packed_sequences(open_corpus("builtin").texts(), tok, 32, skip * 32 + CALIBRATION)][skip:]
+    rows = [r for r in rows if len(r) == 32]
+    return torch.tensor(rows).view(-1, 4, 32)
+
+
+def hand_forward(model, ids, runs: dict, record: dict | None = None) -> torch.Tensor:
+    """Logits of `model` (every block present) where the output of each run's last block is replaced by
+    x_i - m + m T (x_i: the input of the run's first block, m: the down_proj output of the block before it, T the
+    run's map, or the identity where None). record[(i, j)] collects (m, x_i, x_{j+1}) as they flow."""
+    blocks, seen, handles = model.model.layers, {}, []
+    for (i, j), T in runs.items():
+        def on_down(module, args, output, key=(i, j)):
+            seen[key, "m"] = output
+
+        def on_first(module, args, kwargs, key=(i, j)):
+            seen[key, "x"] = args[0] if args else kwargs["hidden_states"]
+
+        def on_last(module, args, output, key=(i, j), T=T):
+            hidden = output[0] if isinstance(output, tuple) else output
+            if record is not None:
+                record.setdefault(key, []).append((seen[key, "m"], seen[key, "x"], hidden))
+            m, x = seen[key, "m"], seen[key, "x"]
+            replaced = x if T is None else x - m + (m.double() @ T).float()
+            return (replaced, *output[1:]) if isinstance(output, tuple) else replaced
+
+        handles += [blocks[i - 1].mlp.down_proj.register_forward_hook(on_down),
+                    blocks[i].register_forward_pre_hook(on_first, with_kwargs=True),
+                    blocks[j].register_forward_hook(on_last)]
+    try:
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def naive_lstsq(triples) -> np.ndarray:
+    m = np.concatenate([t[0].reshape(-1, t[0].shape[-1]).double().numpy() for t in triples])
+    x = np.concatenate([t[1].reshape(-1, t[1].shape[-1]).double().numpy() for t in triples])
+    y = np.concatenate([t[2].reshape(-1, t[2].shape[-1]).double().numpy() for t in triples])
+    return np.linalg.lstsq(m, y - x + m, rcond=None)[0]
+
+
+@pytest.mark.parametrize("arch,remove,runs", [("llama", "1,3", [(1, 1), (3, 3)]), ("qwen2", "1-2", [(1, 2)])])
+def test_lstsq_maps_folds_and_outputs_match_hand_references(arch, remove, runs, model_dirs, tmp_path):
+    folder, out = model_dirs[arch], tmp_path / "run"
+    result = invoke("heal", str(folder), "--remove", remove, "--method", "lstsq", *FIT, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    maps = load_file(out / "transform.safetensors")
+    labels = [f"{i}" if i == j else f"{i}-{j}" for i, j in runs]
+    assert sorted(maps) == sorted(labels) and all(T.dtype == torch.float64 for T in maps.values())
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    calibration = calibration_batches(folder)
+    # in order: run r's map from activations of the model with runs < r replaced by their maps (r's identity)
+    for r, (run, label) in enumerate(zip(runs, labels)):
+        applied = {key: (maps[lab] if n < r else None) for n, (key, lab) in enumerate(zip(runs, labels)) if n <= r}
+        record: dict = {}
+        for ids in calibration:
+            hand_forward(full, ids, applied, record)
+        # later runs: layerprobe's model holds the folded float32 weights, the hand forward applies T in float64
+        tolerance = dict(rtol=1e-6, atol=1e-8) if r == 0 else dict(rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(maps[label].numpy(), naive_lstsq(record[run]), **tolerance)
+    # the fold: merged/'s down_proj of block i-1 is T^T W, written out by hand
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").eval()
+    kept = [b for b in range(4) if not any(i <= b <= j for i, j in runs)]
+    for (i, _), label in zip(runs, labels):
+        W = full.model.layers[i - 1].mlp.down_proj.weight.double()
+        want = (maps[label].T @ W).float()
+        got = merged.model.layers[kept.index(i - 1)].mlp.down_proj.weight
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    # the shortened model computes what a hand forward with x_i - m + m T in place of the removed blocks computes
+    ids = torch.tensor([[5, 9, 14, 3, 7, 21, 8, 2]])
+    expected = hand_forward(full, ids, {run: maps[label] for run, label in zip(runs, labels)})
+    with torch.no_grad():
+        torch.testing.assert_close(merged(input_ids=ids).logits, expected, atol=1e-4, rtol=1e-4)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "lstsq" and summary["num_layers_healed"] == len(kept)
+    assert summary["calibration"]["tokens"] == calibration.numel() == CALIBRATION
+    assert summary["calibration"]["first_position"] == 256  # right after the held-out positions
+    table = pd.read_csv(out / "replace.csv")
+    assert list(table["run"].astype(str)) == labels and (table["mse_fitted"] <= table["mse_removed"]).all()
+
+
+def test_heldout_before_and_after_are_the_shortened_and_repaired_models_scores(model_dirs, tmp_path):
+    from .helpers import reference_metric
+
+    folder, out = model_dirs["llama"], tmp_path / "run"
+    result = invoke("heal", str(folder), "--remove", "2", "--method", "lstsq", *FIT, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, [2])
+    repaired = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").eval()
+    for when, model in (("heldout_before", removed), ("heldout_after", repaired)):
+        assert summary[when]["ppl"] == pytest.approx(reference_metric("ppl", full, model, folder, 256, 32, 4), rel=1e-5)
+        assert summary[when]["kl"] == pytest.approx(reference_metric("kl", full, model, folder, 256, 32, 4),
+                                                    rel=1e-4, abs=1e-7)
+    table = pd.read_csv(out / "heal.csv")
+    assert list(table["step"]) == [0, 1] and table["heldout_ppl"].iloc[1] == pytest.approx(summary["heldout_after"]["ppl"])
+
+
+def cosine_objective(T: np.ndarray, m, x, y) -> float:
+    made = m @ T + x - m
+    cos = (made * y).sum(-1) / (np.linalg.norm(made, axis=-1) * np.linalg.norm(y, axis=-1))
+    return float(np.mean(1 - cos))
+
+
+def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
+    folder = model_dirs["qwen2"]
+    maps = {}
+    for method in ("lstsq", "cosine"):
+        out = tmp_path / method
+        result = invoke("heal", str(folder), "--remove", "2", "--method", method, "--cosine-steps", "50",
+                        "--cosine-lr", "1e-3", *FIT, "--out", str(out))
+        assert result.exit_code == 0, result.output
+        maps[method] = load_file(out / "transform.safetensors")["2"].numpy()
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    record: dict = {}
+    for ids in calibration_batches(folder):
+        hand_forward(full, ids, {(2, 2): None}, record)
+    m, x, y = (np.concatenate([t[k].reshape(-1, 32).double().numpy() for t in record[2, 2]]) for k in range(3))
+    lstsq, cosine = cosine_objective(maps["lstsq"], m, x, y), cosine_objective(maps["cosine"], m, x, y)
+    assert cosine < lstsq  # 50 Adam steps from the lstsq map lower the cosine distance on the calibration tokens
+    row = pd.read_csv(tmp_path / "cosine" / "replace.csv").iloc[0]
+    assert row["cosine_fitted"] == pytest.approx(cosine, rel=1e-5) and row["cosine_lstsq"] == pytest.approx(lstsq, rel=1e-4)
+
+
+def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):
+    out = tmp_path / "run"
+    result = invoke("heal", str(model_dirs["qwen2"]), "--remove", "1-2", "--method", "lstsq", *FIT, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    facts = reload_without_layerprobe(out / "merged", [5, 6, 7, 8], tmp_path)
+    maps = load_file(out / "transform.safetensors")
+    full = transformers.AutoModelForCausalLM.from_pretrained(model_dirs["qwen2"]).eval()
+    expected = hand_forward(full, torch.tensor([[5, 6, 7, 8]]), {(1, 2): maps["1-2"]}).flatten()
+    assert facts["layers"] == facts["blocks"] == 2
+    torch.testing.assert_close(torch.tensor(facts["logits"]), expected, atol=1e-4, rtol=1e-4)
+
+
+def tiny_refused(kind: str, folder, tokenizer):
+    """Tiny random models of the architectures a fold cannot be exact for, saved with the test tokenizer."""
+    vocab, common = len(tokenizer), dict(hidden_size=32, intermediate_size=64, num_hidden_layers=4,
+                                         num_attention_heads=4, max_position_embeddings=128)
+    if kind == "gemma3":
+        config = transformers.Gemma3TextConfig(vocab_size=vocab, num_key_value_heads=2, head_dim=8, **common)
+    else:
+        config = transformers.Qwen2MoeConfig(vocab_size=vocab, num_key_value_heads=2, num_experts=4,
+                                             num_experts_per_tok=2, moe_intermediate_size=16,
+                                             shared_expert_intermediate_size=16, **common)
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("kind,remove,needle", [
+    ("llama", "0-1", "Block 0 is removed and has no block before it"),
+    ("gemma3", "2", "Block 1 normalizes its MLP output (post_feedforward_layernorm) before the residual add"),
+    ("bert", "2", "bert is Post-LN"),
+    ("qwen2_moe", "2", "Block 1, before the removed blocks, is a mixture of experts"),
+])
+def test_inexact_folds_are_refused_in_one_line_writing_nothing(kind, remove, needle, model_dirs, tokenizer,
+                                                                  tmp_path):
+    folder = model_dirs.get(kind) or tiny_refused(kind, tmp_path / kind, tokenizer)
+    out = tmp_path / "run"
+    for method in ("lstsq", "cosine"):
+        result = invoke("heal", str(folder), "--remove", remove, "--method", method, *FIT, "--out", str(out))
+        assert_error(result, needle)
+        assert not out.exists()
+
+
+def test_tail_trains_only_the_head_and_last_blocks_as_a_hand_loop_does(model_dirs, tmp_path):
+    from .test_heal import hand_data, hand_lr
+
+    folder, out = model_dirs["llama"], tmp_path / "run"
+    result = invoke("heal", str(folder), "--remove", "1", "--method", "tail", "--tail-blocks", "1", "--steps", "3",
+                    "--lr", "1e-2", "--eval-every", "3", *DATA, "--no-gain", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    _, train = hand_data(folder, 3)
+    model = independent_pruned(folder, transformers.AutoModelForCausalLM, [1]).train()
+    trained = [model.lm_head.weight, *model.model.layers[2].parameters()]  # kept blocks 0, 2, 3: the last one
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in trained:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(trained, lr=1e-2, weight_decay=0.0)
+    losses = []
+    for step in range(3):
+        for group in optimizer.param_groups:
+            group["lr"] = hand_lr(step, 3, 1e-2)
+        optimizer.zero_grad()
+        loss = model(input_ids=train[step], labels=train[step]).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    assert pd.read_csv(out / "heal.csv")["loss"].iloc[1:].tolist() == pytest.approx(losses, rel=1e-5)
+    merged = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").state_dict()
+    original = independent_pruned(folder, transformers.AutoModelForCausalLM, [1]).state_dict()
+    for key, value in model.state_dict().items():
+        torch.testing.assert_close(merged[key], value, atol=1e-5, rtol=1e-4)
+        moved = not torch.equal(merged[key], original[key])
+        assert moved == (key.startswith(("lm_head", "model.layers.2.")))  # only the head and the last kept block
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "tail" and summary["tail_blocks"] == 1 and summary["adapter"] is None
+
+
+def test_curve_healed_by_lstsq_equals_heal_and_refuses_block_zero_per_set(model_dirs, tmp_path):
+    folder, out = model_dirs["llama"], tmp_path / "curve"
+    args = ["prune", str(folder), "--task", "kl", "--curve", "--strategies", "last,bi", "--max-removed", "1",
+            *DATA, "--heal", "lstsq", "--heal-calibration-tokens", str(CALIBRATION)]
+    result = invoke(*args, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    curve = pd.read_csv(out / "curve.csv")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["heal"] == "lstsq" and summary["healed_baseline"] == pytest.approx(summary["baseline"])
+    healed = invoke("heal", str(folder), "--remove", "3", "--method", "lstsq", *FIT, "--out", str(tmp_path / "h"))
+    assert healed.exit_code == 0, healed.output
+    after = json.loads((tmp_path / "h" / "summary.json").read_text())["heldout_after"]["kl"]
+    assert curve.loc[curve["removed"].astype(str) == "3", "healed_score"].iloc[0] == pytest.approx(after, rel=1e-6)
+    assert "0" in set(curve["removed"].astype(str))  # bi removes block 0 first on this model
+    for removed in curve["removed"].astype(str):
+        if removed.startswith("0"):  # bi picks block 0 on this model: no block before it, left unrepaired
+            assert curve.loc[curve["removed"].astype(str) == removed, "healed_score"].isna().all()
+            assert any(w.startswith(f"--heal left {removed} unrepaired: Block 0") for w in summary["warnings"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--heal", "lstsq", "--heal-steps", "5"], "--heal lstsq trains nothing, so --heal-steps 5 has no use"),
+    (["--heal", "tail"], "--heal tail trains: pass --heal-steps N"),
+])
+def test_bad_curve_heal_input(args, needle, model_dirs, tmp_path):
+    result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", "--curve", "--strategies", "last",
+                    "--max-removed", "1", *DATA, *args, "--out", str(tmp_path / "x"))
+    assert_error(result, needle)
