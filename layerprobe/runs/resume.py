@@ -85,7 +85,9 @@ class Ledger:
         if resume:
             from layerprobe.evaluation import records
 
-            kept = self.done() | ({records.UNPRUNED} if self.state.get("baseline") is not None else set())
+            # the unpruned rows are saved before any variant's (and before an lm-eval sweep's baseline)
+            done = self.done()
+            kept = done | ({records.UNPRUNED} if done or self.state.get("baseline") is not None else set())
             self.records = [r for r in records.read(folder) or [] if str(r["removed"]) in kept]
 
     def done(self) -> set[str]:

@@ -186,14 +186,14 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     model_options = dataclasses.replace(config.model, model=spec)
     corpus = preflight(model_options, config.data, head="causal-lm")[0]
     probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
-    if is_encoder(probe.model):
-        raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
     ids = _check_source(config, record, probe.loaded, len(probe.stack))
     if ids is None:
         ids = parse_remove(remove if isinstance(remove, str) else ",".join(map(str, remove)), len(probe.stack))
     replacing = config.method in REPLACEMENTS
     if replacing:
         fold_targets(probe.model, probe.stack, ids)  # an inexact fold is refused before anything is written
+    if is_encoder(probe.model):
+        raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
     data = load_data(config, probe, config.calibration_tokens if replacing else None)
     folder = prepare_run_dir(out, config.overwrite, config.resume, "heal")
     with probe.loaded.as_saved():  # the copy keeps the checkpoint's own config (use_cache) for the merged save
