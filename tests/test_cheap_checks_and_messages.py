@@ -17,7 +17,8 @@ def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
     missing = tmp_path / "none.json"
     result = invoke("prune", "no-such-org/no-such-model", "--task", "squad", "--dataset", str(missing),
                     "--out", str(tmp_path / "r"))
-    assert_error(result, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id, the hub is offline")
+    assert_error(result, "2 problems: (1) Model 'no-such-org/no-such-model' is neither a local folder nor in the hub "
+                 "cache, and the hub is offline")
     assert f"(2) SQuAD file '{missing}' does not exist" in " ".join(result.output.split())
     no_head = invoke("prune", str(minilm_dir), "--task", "squad", "--dataset", str(missing),
                      "--out", str(tmp_path / "r"))
@@ -27,7 +28,8 @@ def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
                  "--tokens must be positive, got 0")
     both = invoke("angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "64",
                   "--seq-len", "100000")
-    assert_error(both, "2 problems: (1) Model 'no-such-org/no-such-model' is a hub id")
+    assert_error(both, "2 problems: (1) Model 'no-such-org/no-such-model' is neither a local folder nor in the hub "
+                 "cache")
     assert not (tmp_path / "r").exists()
 
 
