@@ -162,3 +162,16 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
             break
         rejected[i] = True
     return rejected
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's adjusted p-values: sorted p_(1) <= ... <= p_(m), adj_(i) = max over j <= i of min(1, (m - j + 1) p_(j)),
+    so a removal is significant at family-wise alpha exactly when its adjusted p <= alpha (what `holm` decides); a
+    NaN p-value stays NaN and does not count in m."""
+    known = sorted((p, i) for i, p in enumerate(p_values) if p == p)
+    adjusted = [float("nan")] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(known):
+        running = max(running, min(1.0, (len(known) - rank) * p))
+        adjusted[i] = running
+    return adjusted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.runs.columns import LAYERS, MONITOR
 from layerprobe.runs.read import Run
 
@@ -31,8 +32,12 @@ def prune_table(run: Run) -> Any:
     kinds = ["layer_type"] if "layer_type" in main and main["layer_type"].dropna().nunique() > 1 else []
     shown = main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
     if "delta_lo" in main and main["delta_lo"].notna().any():  # the paired interval and Holm's verdict
-        shown = shown.assign(**{"95% interval": [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else ""
-                                                 for lo, hi in zip(main["delta_lo"], main["delta_hi"])],
+        # the interval is each removal's own (uncorrected); Holm's adjusted p says why one that excludes 0 can still
+        # not be measurable once every removal of the sweep is tested
+        adjusted = holm_adjusted(main["p_value"].tolist()) if "p_value" in main else [float("nan")] * len(main)
+        shown = shown.assign(**{"95% interval (uncorrected)": [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else ""
+                                                               for lo, hi in zip(main["delta_lo"], main["delta_hi"])],
+                                "p (Holm-adjusted)": [f"{p:.2g}" if p == p else "" for p in adjusted],
                                 "measurable (Holm)": ["yes" if flag else "" for flag in main["significant"].astype(bool)]})
     return shown
 

@@ -13,7 +13,7 @@ from scipy import stats
 
 from layerprobe.evaluation import records as records_module
 from layerprobe.metrics import paired
-from layerprobe.metrics.paired import Statistic, contrast, holm, mcnemar
+from layerprobe.metrics.paired import Statistic, contrast, holm, holm_adjusted, mcnemar
 
 
 def test_paired_mean_interval_is_the_hand_computation():
@@ -80,6 +80,19 @@ def test_holm_by_hand():
     # 0.03 (<= 0.05/3 = 0.0167 no): stop
     assert holm(p) == [True, False, False, True, False, False]
     assert holm([0.001] * 3) == [True] * 3 and holm([]) == []
+
+
+def test_holm_adjusted_by_hand_and_it_decides_as_holm_does():
+    p = [0.01, 0.04, 0.03, 0.005, float("nan"), 0.2]
+    # by hand, m = 5: 0.005 x 5 = 0.025; 0.01 x 4 = 0.04; 0.03 x 3 = 0.09; 0.04 x 2 = 0.08 -> max(0.09, 0.08) = 0.09;
+    # 0.2 x 1 = 0.2
+    got = holm_adjusted(p)
+    assert got[4] != got[4]
+    assert [got[i] for i in (0, 1, 2, 3, 5)] == pytest.approx([0.04, 0.09, 0.09, 0.025, 0.2], abs=1e-15)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        p = list(rng.uniform(0, 0.1, size=int(rng.integers(1, 12))))
+        assert [a <= 0.05 for a in holm_adjusted(p)] == holm(p)
 
 
 def test_mcnemar_and_the_interval_on_a_constructed_0_1_example():
