@@ -109,3 +109,20 @@ def cache(tmp_path_factory):
         del os.environ["XDG_CACHE_HOME"]
     else:
         os.environ["XDG_CACHE_HOME"] = old
+
+
+# ---- the extended tier: real-model twins of cheaper tests, run with --extended ---------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--extended", action="store_true",
+                     help="Also run the extended tier (tests marked extended: second real-model or Trainer twins of "
+                          "what the default run covers more cheaply; minutes on 2 cores).")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--extended"):
+        return
+    skip = pytest.mark.skip(reason="extended tier: run with --extended (a cheaper test covers it by default)")
+    for item in items:
+        if "extended" in item.keywords:
+            item.add_marker(skip)

@@ -87,6 +87,7 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(tmp_path):
     assert pd.read_csv(out / "layers.csv")["logit_lens_kl"].iloc[:18].notna().all()
 
 
+@pytest.mark.extended  # the real 270M export, ~1-2 min; the tiny Gemma 3 export: tests/test_matrix.py
 def test_gemma3_export_keeps_layer_types_and_reloads_with_the_in_place_logits(tmp_path):
     """Removing a full-attention layer (5): the config's layer_types lose exactly that entry, and the folder
     reloads with plain transformers in a fresh process to the logits of an independently shortened copy."""

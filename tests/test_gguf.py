@@ -34,6 +34,7 @@ def smollm2_gguf() -> Path:
 
 
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
+@pytest.mark.extended  # the cache's numbers also: test_prune_kl_on_gguf_equals_the_converted_folder
 def test_cached_and_direct_gguf_give_the_same_numbers_and_the_cache_is_reused(cache, tmp_path):
     timings = {}
     for name, extra in (("first", []), ("cached", [])):  # --no-cache: test_smollm2_angular_matches_hf_hidden_states

@@ -153,7 +153,7 @@ def test_readme_python_api_example_runs_as_written(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", ["README.md", "monitor.md"])
+@pytest.mark.parametrize("page", ["README.md", pytest.param("monitor.md", marks=pytest.mark.extended)])
 def test_trainer_example_runs_with_fewer_steps(page, tmp_path):
     """The Trainer example with TensorBoard as written, but 2 steps measured every step (the README gives the cost
     of its 300: about 30 minutes on 2 cores); the monitor run and a TensorBoard event file come out."""
