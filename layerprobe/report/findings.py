@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from layerprobe.evaluation.metric import has_baseline
+from layerprobe.metrics.paired import holm
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.runs.read import Run
 
@@ -133,9 +135,9 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     out = []
     if worse.empty and better.empty:
         known = int(order["delta_lo"].notna().sum())
-        out.append(f"No removal changes {s['metric']} measurably: for none of the {known} removals with an interval "
-                   f"does {rule}. The ranking is noise at this many documents; score more for a finer answer.")
-        return out
+        out.append(f"No removal changes {s['metric']} measurably: none of the {known} removals with an interval "
+                   f"passes ({rule}). Its ranking is noise at this many documents; score more for a finer answer.")
+        return out + _loglik_measured(order)
     if len(worse):
         out.append(f"Measurably worse without {len(worse)} of {n} removals ({rule}): {_listed(worse)}.")
     if len(better):
@@ -143,11 +145,40 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     rest = n - len(worse) - len(better)
     if rest:
         out.append(f"The other {rest} removals are not measurably different from the unpruned model.")
+        out += _loglik_measured(order)
     if s.get("block", 1) == 1 and len(worse) and len(main) >= 3:
         out.append(_where(sorted(int(x) for x in main["layer"]), [int(x) for x in worse["layer"].head(3)],
                           f"The {min(3, len(worse))} costliest measurable removals" if len(worse) > 1
                           else "The one measurable removal", "sit" if len(worse) > 1 else "sits"))
     return out
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% point
+
+
+def _loglik_measured(order: Any) -> list[str]:
+    """Multiple choice: what the gold answer's loglikelihood (continuous, paired: it moves where 0/1 accuracy does
+    not) says, with the same rule: p from its paired interval (normal, half-width / 1.96: conservative where the
+    interval is a t interval), Holm over the removals that have one."""
+    if "loglik_lo" not in order or order["loglik_lo"].isna().all():
+        return []
+    known = order.dropna(subset=["loglik_delta", "loglik_lo", "loglik_hi"])
+    se = (known["loglik_hi"] - known["loglik_lo"]) / (2 * Z95)
+    p = [math.erfc(abs(d) / s / math.sqrt(2)) if s > 0 else (1.0 if d == 0 else 0.0)
+         for d, s in zip(known["loglik_delta"], se)]
+    flagged = known[holm(p)]
+    if flagged.empty:
+        return [f"The gold answer's loglikelihood (a continuous paired score) does not separate them either: no "
+                f"change survives Holm's correction over the {len(known)} removals."]
+    lower = flagged[flagged["loglik_delta"] < 0].sort_values("loglik_delta")
+    higher = flagged[flagged["loglik_delta"] > 0].sort_values("loglik_delta", ascending=False)
+    shown = lambda rows: ", ".join(f"{r.removed} ({r.loglik_delta:+.3g}, {r.loglik_lo:+.3g} to {r.loglik_hi:+.3g})"
+                                   for r in rows.head(5).itertuples())
+    text = (f"The gold answer's loglikelihood (mean paired change in nats, 95% interval; Holm over {len(known)} "
+            f"removals) separates them: it drops measurably without {len(lower)} of {len(known)}")
+    text += f", most without {shown(lower)}" if len(lower) else ""
+    text += f"; it rises without {len(higher)}: {shown(higher)}" if len(higher) else ""
+    return [text + "."]
 
 
 def _point_ranking(main: Any, higher: bool, s: dict) -> list[str]:

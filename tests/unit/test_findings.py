@@ -146,6 +146,23 @@ def test_no_significant_removal_names_no_layer():
     assert "No removal changes acc measurably" in text and "Cheapest" not in text and "costliest" not in text
 
 
+def test_the_gold_loglikelihood_sentence_names_exactly_what_holm_keeps_from_its_intervals():
+    """acc separates nothing; the gold answer's loglikelihood intervals, set by hand: p from each interval by hand
+    (normal, half-width / 1.96): removal 0 z = 9.8, 1 z = 1.63 (p 0.10, interval holds 0), 2 z = 5.9, 3 z = 7.8;
+    Holm over 4 keeps 0, 3 and 2."""
+    run = sweep_with_records({1: (3, 1), 2: (2, 0)}, layers=4)
+    table = run.tables["prune"]
+    hand = {"0": (-5.0, -6.0, -4.0), "1": (-1.0, -2.2, 0.2), "2": (1.5, 1.0, 2.0), "3": (-0.8, -1.0, -0.6)}
+    for column, i in (("loglik_delta", 0), ("loglik_lo", 1), ("loglik_hi", 2)):
+        table[column] = [hand[r][i] for r in table["removed"]]
+    found = prune_findings(run)
+    text = sentence(found, "The gold answer's loglikelihood")
+    assert "drops measurably without 2 of 4, most without 0 (-5, -6 to -4), 3 (-0.8, -1 to -0.6)" in text
+    assert "it rises without 1: 2 (+1.5, +1 to +2)" in text and "1 (-1" not in text
+    table["loglik_lo"], table["loglik_hi"] = table["loglik_delta"] - 50, table["loglik_delta"] + 50
+    assert "does not separate them either" in sentence(prune_findings(run), "The gold answer's loglikelihood")
+
+
 def test_one_document_ranks_nothing():
     """MMLU --limit 1: records of one question give no interval and the baseline no stderr: no layer is named as
     least or most important."""
