@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from layerprobe.commands.gain import measure_gain, model_inputs
 from layerprobe.config import ExportConfig
 from layerprobe.data.packing import max_sequence_length
-from layerprobe.errors import ArchitectureError, ConfigError, RunError, first_line
+from layerprobe.errors import ArchitectureError, ConfigError, NumericsError, RunError, first_line, numerics_fix
 from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model, locate
@@ -361,6 +362,20 @@ def _check_earlier_export(out: Path, out_arg: str) -> None:
                        "pass another folder; --overwrite only replaces the files of an earlier export.")
 
 
+def _check_difference(difference: float | None, tolerance: float, loaded: Any, head_class: str) -> None:
+    """The reload matches the pruned model within `tolerance`; a NaN or infinite difference is the checkpoint's
+    outputs (their activations overflow), not the export."""
+    if difference is None:
+        return
+    if not math.isfinite(difference):
+        raise NumericsError(f"'{loaded.spec}' gives NaN or infinite outputs at {loaded.dtype}, so the export "
+                            f"cannot be verified: {numerics_fix(loaded.dtype)}; not exported.")
+    if not difference <= tolerance:
+        raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
+                       f"{difference:.3g} (tolerance {tolerance:g}): not exported; please report this "
+                       f"architecture ({head_class}).")
+
+
 def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
     """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
     import os
@@ -406,10 +421,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
         dtype = next(model.parameters()).dtype
         difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
         tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
-        if difference is not None and not difference <= tolerance:
-            raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
-                           f"{difference:.3g} (tolerance {tolerance:g}): not exported; please report this "
-                           f"architecture ({head_class}).")
+        _check_difference(difference, tolerance, loaded, head_class)
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
         removal = removal_record(loaded, stack, ids, part, zeroed, config, difference, gain)
