@@ -87,8 +87,10 @@ def leaf_tasks(group_subtasks: dict) -> dict[str, list[str]]:
 
 
 def sequence_rows(task: str, sums: list) -> list[dict]:
-    """A task-free metric's per-sequence [sum over positions, positions] as records."""
-    return [{"task": task, "doc_id": i, "tokens": int(n), "total": float(t)} for i, (t, n) in enumerate(sums)]
+    """A task-free metric's per-sequence [sum over positions, positions] as records; a sequence with no position
+    scored (ppl of a last sequence of one token: no next-token target) adds nothing to the score and is left out,
+    where its 0 / 0 would cost every interval."""
+    return [{"task": task, "doc_id": i, "tokens": int(n), "total": float(t)} for i, (t, n) in enumerate(sums) if n]
 
 
 # ---- the file ---------------------------------------------------------------------------------------------------
