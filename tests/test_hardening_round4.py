@@ -330,6 +330,26 @@ def test_a_damaged_or_foreign_removal_record_is_one_line(exported, damage, needl
     assert "layerprobe-removal.json" in result.output and "--remove" not in result.output.split("error:")[1][:60]
 
 
+def test_a_removal_record_that_disagrees_with_itself_is_refused():
+    """Each key heal could re-prune the source by, edited apart from the others: one line naming the file and both
+    keys (never a heal of other blocks than the export removed)."""
+    from layerprobe.commands.export import check_record_ids
+    from layerprobe.errors import RunError
+
+    path = Path("export/layerprobe-removal.json")
+    record = {"removed": [1], "kept": [0, 2, 3], "num_layers_original": 4, "num_layers_exported": 3, "part": "block"}
+    assert check_record_ids(record, path, 4) == [1]
+    assert check_record_ids({"removed": [1], "part": "block"}, path, 4) == [1]  # older records: what they hold
+    for edit, needle in (({"removed": [2]}, "'removed' [2] and 'kept' [0, 2, 3] disagree"),
+                         ({"kept": [0, 1, 3]}, "'removed' [1] and 'kept' [0, 1, 3] disagree"),
+                         ({"kept": "0,2,3"}, "'kept' \"0,2,3\" disagree"),
+                         ({"num_layers_original": 5}, "'num_layers_original' is 5"),
+                         ({"num_layers_exported": 2}, "'num_layers_exported' says 2")):
+        with pytest.raises(RunError) as caught:
+            check_record_ids({**record, **edit}, path, 4)
+        assert needle in str(caught.value) and str(path) in str(caught.value), str(caught.value)
+
+
 @pytest.mark.slow  # a curve and four exports of tiny models
 def test_a_curve_of_other_weights_or_another_directory(model_dirs, tmp_path, monkeypatch):
     """A curve of qwen2 applied to llama: refused unless --allow-other-weights; a curve that recorded its model

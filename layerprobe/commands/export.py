@@ -142,13 +142,26 @@ def read_removal(path: Path) -> dict:
 
 
 def check_record_ids(record: dict, path: Path, num_layers: int) -> list[int]:
-    """The record's removed block ids, each within the loaded model's `num_layers`."""
+    """The record's removed block ids, each within the loaded model's `num_layers`, and agreeing with the record's
+    own 'kept' and layer counts (a record edited by hand would re-prune the source otherwise than the export)."""
     ids = sorted(set(record["removed"]))
     outside = [i for i in ids if not 0 <= i < num_layers]
     if outside or len(ids) >= num_layers:
         raise RunError(f"'{path}': 'removed' names blocks {ids} and the model it is applied to has {num_layers} "
                        f"(0..{num_layers - 1}){'' if outside else ', keeping none'}: pass the model it was exported "
                        "from.")
+    kept, original = record.get("kept"), record.get("num_layers_original")
+    if kept is not None and (not isinstance(kept, list) or sorted(map(str, kept)) != sorted(
+            str(i) for i in range(num_layers) if i not in ids)):
+        raise RunError(f"'{path}': 'removed' {ids} and 'kept' {json.dumps(kept)[:60]} disagree (together they list "
+                       f"each of the {num_layers} blocks once): export again.")
+    if original is not None and original != num_layers:
+        raise RunError(f"'{path}': 'num_layers_original' is {json.dumps(original)[:20]} and the model it is applied "
+                       f"to has {num_layers} blocks: pass the model it was exported from, or export again.")
+    exported = record.get("num_layers_exported")
+    if exported is not None and record.get("part") == "block" and exported != num_layers - len(ids):
+        raise RunError(f"'{path}': 'removed' {ids} leaves {num_layers - len(ids)} blocks, and "
+                       f"'num_layers_exported' says {json.dumps(exported)[:20]}: export again.")
     return ids
 
 
