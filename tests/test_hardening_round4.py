@@ -97,6 +97,70 @@ def test_the_library_and_the_training_callbacks_refuse_a_users_folder(model_dirs
     assert listing(folder) == before
 
 
+SINGLE_FILES = {  # every command that writes a file at a path the user names -> (its args, the file, then its own)
+    "report.html": (lambda run, out: ["report", run, "--out", out], "report.html"),
+    "report.md": (lambda run, out: ["report", run, "--out", out], "report.md"),
+    "report_files": (lambda run, out: ["report", run, "--out", out], "report_files/angular_0_heatmap.png"),
+    **{f"compare-{fmt}": (lambda run, out, fmt=fmt: ["compare", run, run, "--format", fmt, "--out",
+                                                     Path(out) / "verdict"], "verdict") for fmt in
+       ("text", "markdown", "json", "junit")},
+    "compare-output": (lambda run, out: ["compare", run, run, "--output", Path(out) / "verdict"], "verdict"),
+}
+
+
+@pytest.mark.parametrize("case", list(SINGLE_FILES))
+def test_a_users_file_is_never_overwritten_by_a_single_file_output(case, tmp_path):
+    """report --out DIR over a user's report.html / report.md / report_files/, compare --out FILE (every --format,
+    the old --output) over a user's file: refused, the file as it was; --overwrite replaces it; layerprobe's own
+    earlier output is replaced without it (a CI job reruns)."""
+    from tests.helpers import DEMO_REFERENCE
+
+    args, name = SINGLE_FILES[case]
+    run = tmp_path / "angular"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    out = tmp_path / "out"
+    (out / name).parent.mkdir(parents=True)
+    (out / name).write_text("mine\n")
+    assert_error(invoke(*args(run, out)), f"'{out / name}' is already there and layerprobe did not write it")
+    assert (out / name).read_text() == "mine\n"
+    assert invoke(*args(run, out), "--overwrite").exit_code in (0, 1)
+    assert case == "report_files" or (out / name).read_text() != "mine\n"  # a figure this run lacks: left
+    again = invoke(*args(run, out))  # its own: replaced without --overwrite
+    assert again.exit_code in (0, 1), again.output
+
+
+def test_a_manifest_without_files_counts_only_when_its_summary_agrees(tmp_path):
+    """A manifest.json without 'files' (older runs, such as every committed reports/ run) is layerprobe's record
+    only beside a summary.json of the same command agreeing with it; a hand-made {"command": ...} is not, for
+    every command, for --overwrite and --resume."""
+    from tests.helpers import DEMO_REFERENCE
+
+    from layerprobe.runs.folder import check_owned
+    from layerprobe.errors import RunError
+
+    for run in sorted(p.parent for p in DEMO_REFERENCE.rglob("manifest.json")):  # older runs: still theirs
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert "files" not in manifest
+        check_owned(run, manifest["command"], "--overwrite")
+    for command in ("angular", "prune", "curve", "heal", "gradnorm", "toy", "monitor"):
+        for summary in (None, {"command": command}, {"command": command, "model": "x"}):
+            folder = tmp_path / f"{command}-{len(summary or ())}"
+            folder.mkdir()
+            (folder / "manifest.json").write_text(json.dumps({"command": command}))
+            if summary is not None:
+                (folder / "summary.json").write_text(json.dumps(summary))
+            (folder / "notes.txt").write_text("mine")
+            for flag in ("--overwrite", "--resume"):
+                with pytest.raises(RunError, match="lists no files and no summary.json of the same run agrees"):
+                    check_owned(folder, command, flag)
+    forged = tmp_path / "forged"  # a layerprobe-looking manifest whose summary disagrees
+    shutil.copytree(DEMO_REFERENCE / "angular", forged)
+    summary = json.loads((forged / "summary.json").read_text())
+    (forged / "summary.json").write_text(json.dumps({**summary, "model": "another"}))
+    with pytest.raises(RunError, match="not a layerprobe angular run"):
+        check_owned(forged, "angular", "--overwrite")
+
+
 @pytest.mark.slow  # each command runs twice on a tiny model
 @pytest.mark.parametrize("command", list(RUNS))
 def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, model_dirs, tmp_path):

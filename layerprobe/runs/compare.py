@@ -308,6 +308,14 @@ def _metric_table(result: Comparison) -> list[tuple[str, int, int, float]]:
     return [(k, len(v), sum(c.failed for c in v), max(abs(c.delta) for c in v)) for k, v in groups.items()]
 
 
+def is_verdict(head: str) -> bool:
+    """A file `compare --out` wrote, in any --format, by its first 4 kB: a later compare may replace it."""
+    text = head.lstrip()
+    if text.startswith(("layerprobe compare ", "### layerprobe compare ")) or '<testsuite name="layerprobe compare"' in head:
+        return True
+    return text.startswith('{\n  "baseline": ') and '"exit_code": ' in head
+
+
 def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:
     """The comparison as text, markdown, json or junit XML."""
     if fmt not in FORMATS:
