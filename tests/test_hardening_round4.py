@@ -369,6 +369,95 @@ def test_the_library_checks_each_field_before_any_model_loads(tmp_path):
         layerprobe.load_run(tmp_path / "a-file")
 
 
+COMMANDS = ("angular", "prune", "curve", "gradnorm", "export", "heal", "toy")  # each takes its *Config
+NOT_CALLED = {"Run", "RunResult", "LayerprobeError", "AngularConfig", "PruneConfig", "CurveSettings",
+              "GradnormConfig", "TrainSettings", "ExportConfig", "HealConfig", "ToyConfig", "ModelOptions",
+              "DataOptions", "MonitorSettings"}  # types: their fields are checked where a command takes them
+
+
+def test_every_public_function_refuses_none_and_wrong_types(tmp_path):
+    """Every callable of layerprobe's public API (layerprobe._API, but the types) given None, a number, an empty
+    string or a list where its first argument belongs: one LayerprobeError naming the argument, never a TypeError,
+    AttributeError or KeyError from inside."""
+    from layerprobe import _API
+
+    called = sorted(set(_API) - NOT_CALLED)
+    assert set(COMMANDS) | {"merge", "compare", "load_run", "resolve", "validate", "LayerMonitor",
+                            "LayerprobeCallback"} == set(called)  # a new public function joins this test
+    for name in called:
+        function = getattr(layerprobe, name)
+        for bad in (None, 123, "", [1]):
+            args = {"compare": (bad, str(tmp_path)), "resolve": (bad, {})}.get(name, (bad,))
+            if name == "LayerprobeCallback":  # takes the tokenizer; the trainer's model arrives with on_train_begin
+                continue
+            if name == "merge" and bad is None:
+                args = ([None],)
+            with pytest.raises(LayerprobeError) as caught:
+                function(*args)
+            assert "\n" not in str(caught.value), (name, bad)
+
+
+def test_compare_and_the_settings_check_what_the_cli_checks(tmp_path):
+    """compare's tolerance as --tolerance is checked (a dict of known keys, finite numbers >= 0; {} keeps the
+    defaults); every settings field given None where its declared default is not None names the field."""
+    import dataclasses
+
+    from tests.helpers import DEMO_REFERENCE
+
+    run = DEMO_REFERENCE / "angular"
+    assert layerprobe.compare(run, run, {}).exit_code == 0
+    assert layerprobe.compare(run, run).exit_code == 0
+    for bad, needle in (("0.1", "tolerance must be a dict"), ({"distance": 0.1}, "Unknown tolerance 'distance'"),
+                        ({"angular": math.nan}, "finite number >= 0"), ({"angular": -1}, "finite number >= 0"),
+                        ({"angular": True}, "got True"), ({"angular": "x"}, "not a number"),
+                        ({1: 0.1}, "Unknown tolerance")):
+        with pytest.raises(LayerprobeError, match=needle):
+            layerprobe.compare(run, run, bad)
+    cli = invoke("compare", run, run, "--tolerance", "angular=nan")
+    assert_error(cli, "finite number >= 0")
+    from layerprobe import ModelOptions
+
+    missing = ModelOptions(str(tmp_path / "none"))
+    configs = {"angular": layerprobe.AngularConfig, "prune": layerprobe.PruneConfig, "curve": layerprobe.PruneConfig,
+               "gradnorm": layerprobe.GradnormConfig, "export": layerprobe.ExportConfig,
+               "heal": layerprobe.HealConfig, "toy": layerprobe.ToyConfig}
+    for command, cls in configs.items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            if default is None:
+                continue
+            values = {f.name: None}
+            if "model" in {g.name for g in dataclasses.fields(cls)} and f.name != "model":
+                values["model"] = missing
+            with pytest.raises(LayerprobeError) as caught:
+                getattr(layerprobe, command)(cls(**values))
+            assert f.name in str(caught.value) and "does not exist" not in str(caught.value), (command, f.name)
+    with pytest.raises(LayerprobeError, match="ModelOptions.model must be a string"):
+        layerprobe.angular(layerprobe.AngularConfig(model=ModelOptions(model=None)))
+
+
+OUT_COMMANDS = {  # every command with an --out: its arguments
+    "angular": ["angular", "x"], "prune": ["prune", "x", "--task", "kl"], "heal": ["heal", "x", "--remove", "1"],
+    "export": ["export", "x", "--remove", "1"], "gradnorm": ["gradnorm", "--arch", "tiny"], "toy": ["toy"],
+    "report": ["report", "{run}"], "compare": ["compare", "{run}", "{run}"], "merge": ["merge", "{run}", "{run}"],
+    "demo": ["demo", "--quick"],
+}
+
+
+@pytest.mark.parametrize("command", list(OUT_COMMANDS))
+def test_an_empty_out_is_refused_never_the_default(command, tmp_path):
+    """--out "" (a script's unset variable) is one line, never a run written to the default folder."""
+    from tests.helpers import DEMO_REFERENCE
+
+    args = [a.format(run=DEMO_REFERENCE / "angular") for a in OUT_COMMANDS[command]]
+    flags = ["--out", "--output"] if command == "compare" else ["--out"]
+    for flag in flags:
+        for empty in ("", "  "):
+            assert_error(invoke(*args, flag, empty), "empty path")
+    assert not Path("reports").exists()
+
+
 # ---- rule 4 and issue 38 item 4: records read as input are verified ------------------------------------------------
 
 @pytest.fixture

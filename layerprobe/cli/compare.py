@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, check_path
 from layerprobe.cli.common import call, fail
 
 
@@ -29,8 +29,9 @@ def compare(
     from layerprobe.runs.compare import compare_folders, is_verdict, parse_tolerances, render
     from layerprobe.runs.folder import atomic_write_text, check_file_owned
 
-    output = output or output_alias
-    if output:  # before anything is compared: a user's file there is never replaced
+    output = output if output is not None else output_alias
+    if output is not None:  # before anything is compared: a user's file there is never replaced
+        call(check_path, output, "--out")
         call(check_file_owned, Path(output), is_verdict, "--out", overwrite)
     project, _ = call(find_project_config)
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))

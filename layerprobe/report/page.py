@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, check_path
 from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import conflicts, describe, findings
 from layerprobe.runs.folder import (atomic_write_bytes, atomic_write_text, check_file_owned, record_written,
@@ -222,6 +222,10 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
     """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
     if not paths:
         raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
+    for path in paths:
+        check_path(path, "report's run folder")
+    if out is not None:
+        check_path(out, "--out")
     runs = [run for path in paths for run in find_runs(path).values()]
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError, first_line
+from layerprobe.errors import RunError, check_path, first_line
 from layerprobe.runs.columns import TABLES
 from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
@@ -97,6 +97,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     no NaN where a number is always measured)."""
     import pandas as pd
 
+    check_path(folder, "load_run's folder")
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
