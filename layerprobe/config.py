@@ -74,7 +74,8 @@ MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded 
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str = setting("minilm", project=True, flag="", help=MODEL_HELP)
+    model: str | None = setting("minilm", project=True, flag="", help=MODEL_HELP)  # None: export's and heal's
+    # --from-curve without MODEL (the curve run's model); any other None is refused by settings.takes
     dtype: str = setting("auto", project=True, choices=DTYPES,
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind

@@ -346,7 +346,8 @@ def _given(config: Any, default: Any, prefix: str, found: dict[str, str]) -> Non
     for f in fields(config):
         value, path = getattr(config, f.name), prefix + f.name
         problem = _type_problem(value, hints[f.name])
-        if value is None and problem is None and _declared_default(f) is not None:  # None: a value it never takes
+        optional = type(None) in typing.get_args(hints[f.name])
+        if value is None and not optional and problem is None and _declared_default(f) is not None:  # never None
             problem = _type_problem(object(), hints[f.name])
         if problem:
             shown = f"{value!r}"[:60]
@@ -380,6 +381,9 @@ def takes(cls: type, what: str) -> Callable[[Callable[..., Any]], Callable[..., 
         @functools.wraps(command)
         def run(config: Any = None, *args: Any, **kwargs: Any) -> Any:
             check_call(config, cls, what)
+            if getattr(getattr(config, "model", None), "model", "") is None and not getattr(config, "from_curve", None):
+                fix = " (or from_curve=, whose run names it)" if hasattr(config, "from_curve") else ""
+                raise ConfigError(f"{what}: ModelOptions.model is None: pass a model{fix}, e.g. ModelOptions('minilm').")
             return command(config, *args, **kwargs)
 
         return run

@@ -458,6 +458,36 @@ def test_an_empty_out_is_refused_never_the_default(command, tmp_path):
     assert not Path("reports").exists()
 
 
+def test_heal_says_why_it_has_nothing_to_remove(model_dirs, tmp_path):
+    """heal MODEL without --remove, --from-curve or an export: one line saying what MODEL is (no folder here, a
+    model folder without the record), never 'got nothing'; before any model loads."""
+    cases = {str(tmp_path / "missing"): "is no folder here", "no-such-model": "is no folder here",
+             str(model_dirs["llama"]): "is a model folder, not an export (it holds no layerprobe-removal.json)"}
+    for model, needle in cases.items():
+        result = invoke("heal", model, *TINY, "--out", tmp_path / "h")
+        assert_error(result, needle)
+        assert "got nothing" not in result.output and "--remove 20-27" in result.output
+    assert_error(invoke("heal", model_dirs["llama"], "--remove", "1", "--from-curve", tmp_path, *TINY),
+                 "(got --remove and --from-curve)")
+
+
+def test_a_curves_blocks_outside_the_model_name_the_curve_not_remove():
+    """--from-curve whose chosen blocks the model lacks (block 17 of 4): the message names the curve run and its
+    curve.csv, never --remove that was not given; --remove keeps its own message."""
+    from layerprobe.commands.export import parse_remove
+
+    for removed, needle in (("17", "is 17, and the model it is applied to has 4 blocks (0..3)"),
+                            ("0-3", "keeping none"), ("x3", "item 'x3'")):
+        with pytest.raises(LayerprobeError) as caught:
+            parse_remove(removed, 4, "runs/curve", "angular")
+        text = str(caught.value)
+        assert needle in text and "--from-curve 'runs/curve': curve.csv's 'removed'" in text, text
+        assert "--remove" not in text
+    assert parse_remove("1-2", 4, "runs/curve", "angular") == [1, 2]
+    with pytest.raises(LayerprobeError, match="--remove 17 out of range"):
+        parse_remove("17", 4)
+
+
 # ---- rule 4 and issue 38 item 4: records read as input are verified ------------------------------------------------
 
 @pytest.fixture

@@ -35,9 +35,21 @@ OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
                       "mlp": ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "wo", "w2")}
 
 
-def parse_remove(spec: str, num_layers: int) -> list[int]:
-    """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends."""
-    return check_indices(parse_ranges(spec, num_layers, "--remove", "20-27 or 3,7,9-11"), num_layers)
+def parse_remove(spec: str, num_layers: int, from_curve: str | None = None, strategy: str = "") -> list[int]:
+    """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends. from_curve: the blocks
+    are a curve run's choice (curve.csv's 'removed' of `strategy`), and a problem names that run, not --remove."""
+    if not from_curve:
+        return check_indices(parse_ranges(spec, num_layers, "--remove", "20-27 or 3,7,9-11"), num_layers)
+    where = f"--from-curve '{from_curve}': curve.csv's 'removed' of the {strategy} curve"
+    try:
+        ids = parse_ranges(str(spec), max(num_layers, 4096), where, "3,7,9-11")  # its syntax; the model's range below
+    except ConfigError as exc:
+        raise RunError(f"{first_line(exc).rstrip('.')}; run `layerprobe prune --curve` again.") from None
+    outside = [i for i in ids if i >= num_layers]
+    if outside or len(ids) >= num_layers:
+        raise RunError(f"{where} is {spec}, and the model it is applied to has {num_layers} blocks (0..{num_layers - 1})"
+                       f"{'' if outside else ', keeping none'}: pass the model the curve was run on.")
+    return ids
 
 
 def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
@@ -404,7 +416,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                       config.allow_other_weights)
     model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
     stack.sublayer = config.sublayer
-    ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
+    ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
+           check_indices(remove, len(stack)))
     keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings

@@ -103,7 +103,7 @@ def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None 
         raise ConfigError(f"compare's tolerance must be a dict such as {{'angular': 0.05}}, got "
                           f"{type(tolerance).__name__} {repr(tolerance)[:40]}: pass a dict (or None for the defaults).")
     tolerance = parse_tolerances(None, tolerance)  # the CLI's checks: known keys, finite numbers >= 0
-    old_runs, new_runs = find_runs(baseline, finite=False), find_runs(new, finite=False)  # NaN: a failed check
+    old_runs, new_runs = find_runs(baseline), find_runs(new)  # a NaN always-measured number: unusable, as for report
     if set(old_runs) != set(new_runs):
         if len(old_runs) == 1 and len(new_runs) == 1:
             old_runs, new_runs = {"": next(iter(old_runs.values()))}, {"": next(iter(new_runs.values()))}
