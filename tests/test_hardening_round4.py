@@ -232,6 +232,35 @@ def test_a_non_finite_healing_step_names_its_cause():
     _check_step(base, 1, "--lr", "torch.float32", 1.0, 1e6)  # finite: goes on
 
 
+def test_a_non_finite_repair_score_is_an_error():
+    """lstsq/cosine: held-out scores of the folded model (heal) that come out NaN are one line naming the cause
+    (the maps: --ridge; the checkpoint before any map: --dtype float32), never a merged/ scored NaN."""
+    import torch
+
+    from layerprobe.commands.heal.replace import paired_scores
+    from layerprobe.errors import NumericsError
+
+    ids = torch.tensor([[1, 2, 3, 4]])
+    good = torch.randn(1, 4, 8)
+    heldout = [SimpleNamespace(input_ids=ids)]
+    repaired = SimpleNamespace(originals=[], folded=[])
+
+    def model(logits):
+        return lambda input_ids, use_cache: SimpleNamespace(logits=logits)
+
+    assert set(paired_scores(model(good), model(good), repaired, heldout, "cpu")) == {"before", "after", "unpruned"}
+    for teacher, needle in ((good.clone().fill_(math.nan), "before any map"),):
+        with pytest.raises(NumericsError, match=needle):
+            paired_scores(model(teacher), model(good), repaired, heldout, "cpu")
+    calls = iter([good, good.clone().fill_(math.inf)])  # before the folds: finite; after: not
+
+    def student(input_ids, use_cache):
+        return SimpleNamespace(logits=next(calls))
+
+    with pytest.raises(NumericsError, match="the folded maps make it: raise --ridge"):
+        paired_scores(model(good), student, repaired, heldout, "cpu")
+
+
 @pytest.fixture(scope="module")
 def broken_weights(model_dirs, tmp_path_factory):
     """The tiny LLaMA with a NaN in one tensor, and with every weight scaled by 1e38 (finite, but no norm survives:
