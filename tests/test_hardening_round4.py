@@ -462,7 +462,7 @@ def test_compare_and_the_settings_check_what_the_cli_checks(tmp_path):
             with pytest.raises(LayerprobeError) as caught:
                 getattr(layerprobe, command)(cls(**values))
             assert f.name in str(caught.value) and "does not exist" not in str(caught.value), (command, f.name)
-    with pytest.raises(LayerprobeError, match="ModelOptions.model must be a string"):
+    with pytest.raises(LayerprobeError, match="ModelOptions.model is None: pass a model"):
         layerprobe.angular(layerprobe.AngularConfig(model=ModelOptions(model=None)))
 
 
