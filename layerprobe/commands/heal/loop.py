@@ -169,8 +169,9 @@ def _check_step(config: HealConfig, step: int, rate: str, dtype: Any, loss: floa
 def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCheckpoint, progress: Progress,
               on_save: Callable[[list], None], rate: str = "--lr") -> Healing:
     """Train config.steps AdamW steps (resuming from the last save), scoring the held-out text at step 0, every
-    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, held-out score or adapter
-    weight is a NumericsError naming `rate`, the setting that made it diverge."""
+    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, gradient norm, held-out
+    score or adapter weight is a NumericsError naming what made it (_diverged): the checkpoint before any update,
+    --lora-alpha, or `rate` (--lr, --heal-lr)."""
     import torch
 
     params = [p for p in models.student.parameters() if p.requires_grad]
