@@ -74,7 +74,8 @@ MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded 
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str = setting("minilm", project=True, flag="", help=MODEL_HELP)
+    model: str | None = setting("minilm", project=True, flag="", help=MODEL_HELP)  # None: export's and heal's
+    # --from-curve without MODEL (the curve run's model); any other None is refused by settings.takes
     dtype: str = setting("auto", project=True, choices=DTYPES,
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind
@@ -107,8 +108,9 @@ class DataOptions:
     dataset: str = setting("c4", project=True, help="c4 (hub, streamed), builtin (offline English), hub "
                            "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder.")
     text_field: str = setting("text", project=True, help="Column or JSON field holding the text.")
-    tokens: int = setting(262144, project=True, minimum=1, help="Exact number of token positions to process.")
-    seq_len: int = setting(1024, project=True, minimum=1, help="Packed sequence length, capped at the model's maximum.")
+    # at least 2 each: a next-token target (ppl), and any sequence worth measuring, needs two positions
+    tokens: int = setting(262144, project=True, minimum=2, help="Exact number of token positions to process.")
+    seq_len: int = setting(1024, project=True, minimum=2, help="Packed sequence length, capped at the model's maximum.")
     batch_size: int = setting(8, project=True, minimum=1, help="Sequences per forward pass.")
     seq_len_given: bool = setting(True, numbers=False, flag="", help="False: seq_len is the default, capped without "
                                   "a word.")

@@ -68,6 +68,18 @@ def all_checks(*checks):
     return results
 
 
+def check_path(value, what: str) -> None:
+    """A path the library was given (a run folder, an --out): a non-empty str or os.PathLike, else one line naming
+    `what` (never a TypeError from deep inside pathlib, nor an empty --out silently taken as the default)."""
+    import os
+
+    if isinstance(value, bool) or not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{what} must be a path (a str or pathlib.Path), got {type(value).__name__} "
+                          f"{repr(value)[:40]}: pass a path.")
+    if not str(os.fspath(value)).strip():
+        raise ConfigError(f"{what} is an empty path: pass a path (or leave it out for the default).")
+
+
 def numerics_fix(dtype: str | None) -> str:
     """The fix for a NaN or infinite number at `dtype`: a wider dtype, unless the run is float32 already, where it
     is the checkpoint (or its input) that is broken."""

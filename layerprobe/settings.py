@@ -189,6 +189,11 @@ def resolve(cls: type, given: Mapping, project: Mapping | None = None, base: Any
     """Build `cls` from what the user gave: per field, the CLI value (`given`, nested by group; None = not given),
     else LAYERPROBE_<NAME>, else [tool.layerprobe], else `base`'s value (the dataclass default). Returns the validated
     settings and {dotted name: where its value came from} for every value not taken from the default."""
+    if not (isinstance(cls, type) and is_dataclass(cls)):
+        raise ConfigError(f"resolve takes a settings class such as AngularConfig, got {type(cls).__name__} "
+                          f"{repr(cls)[:40]}: pass one.")
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"resolve takes the given values as a dict, got {type(given).__name__}: pass a dict.")
     environ = os.environ if environ is None else environ
     sources: dict[str, str] = {}
     where = f"[tool.layerprobe] in {project_file}" if project_file else "[tool.layerprobe]"
@@ -261,6 +266,9 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
     error names the option, where the value came from (when not the command line) and the fix, with a
     did-you-mean for a misspelt name."""
     sources = sources or {}
+    if not is_dataclass(config) or isinstance(config, type):
+        raise ConfigError(f"validate takes a settings object such as AngularConfig(...), got {type(config).__name__} "
+                          f"{repr(config)[:40]}: pass one.")
     for f in fields(config):
         value, mark, path = getattr(config, f.name), mark_of(f), prefix + f.name
         if is_dataclass(value):
@@ -280,6 +288,8 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
                     close = difflib.get_close_matches(str(item), mark.choices, n=1)
                     hint = f" Did you mean: {close[0]}?" if close else ""
                     raise ConfigError(f"Unknown {label} '{item}'{said}: use {', '.join(mark.choices)}.{hint}")
+        if mark.flag == "--out" and isinstance(value, str) and not value.strip():
+            raise ConfigError(f"--out is an empty path{said}: pass a folder (or leave --out out for the default).")
         if isinstance(value, float) and value in (float("inf"), float("-inf")):
             raise ConfigError(f"{label} must be a finite number, got {value:g}{said}.")
         if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -324,12 +334,21 @@ def _type_problem(value: Any, hint: Any) -> str | None:
     return None
 
 
+def _declared_default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+
+
 def _given(config: Any, default: Any, prefix: str, found: dict[str, str]) -> None:
     """Every value of `config` that differs from `default`'s (what a caller gave), each of its declared type."""
     hints = typing.get_type_hints(type(config))
     for f in fields(config):
         value, path = getattr(config, f.name), prefix + f.name
         problem = _type_problem(value, hints[f.name])
+        optional = type(None) in typing.get_args(hints[f.name])
+        if value is None and not optional and problem is None and _declared_default(f) is not None:  # never None
+            problem = _type_problem(object(), hints[f.name])
         if problem:
             shown = f"{value!r}"[:60]
             raise ConfigError(f"{type(config).__name__}.{f.name} must be {problem}, got {shown} "
@@ -362,6 +381,9 @@ def takes(cls: type, what: str) -> Callable[[Callable[..., Any]], Callable[..., 
         @functools.wraps(command)
         def run(config: Any = None, *args: Any, **kwargs: Any) -> Any:
             check_call(config, cls, what)
+            if getattr(getattr(config, "model", None), "model", "") is None and not getattr(config, "from_curve", None):
+                fix = " (or from_curve=, whose run names it)" if hasattr(config, "from_curve") else ""
+                raise ConfigError(f"{what}: ModelOptions.model is None: pass a model{fix}, e.g. ModelOptions('minilm').")
             return command(config, *args, **kwargs)
 
         return run

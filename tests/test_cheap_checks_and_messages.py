@@ -25,7 +25,7 @@ def test_every_cheap_problem_is_named_at_once(minilm_dir, tmp_path):
     assert_error(no_head, "was saved as BertModel (no QA head)")
     # an impossible option value is refused first, by the settings' own check; then every run problem at once
     assert_error(invoke("angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "0"),
-                 "--tokens must be positive, got 0")
+                 "--tokens must be at least 2, got 0")
     both = invoke("angular", "no-such-org/no-such-model", "--dataset", "c4", "--tokens", "64",
                   "--seq-len", "100000")
     assert_error(both, "2 problems: (1) Model 'no-such-org/no-such-model' is neither a local folder nor in the hub "

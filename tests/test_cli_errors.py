@@ -81,8 +81,9 @@ def test_default_c4_offline_says_how_to_fix(model_dirs):
 @pytest.mark.parametrize("flag", ["--tokens", "--seq-len", "--batch-size"])
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_impossible_sizes(flag, value, model_dirs, corpus_file):
+    bound = "positive" if flag == "--batch-size" else "at least 2"  # a next-token target needs two positions
     assert_clean_error(run("angular", str(model_dirs["gpt2"]), "--dataset", str(corpus_file), flag, value),
-                       flag, "positive")
+                       flag, bound)
 
 
 def test_missing_dataset_file(model_dirs, tmp_path):

@@ -97,6 +97,70 @@ def test_the_library_and_the_training_callbacks_refuse_a_users_folder(model_dirs
     assert listing(folder) == before
 
 
+SINGLE_FILES = {  # every command that writes a file at a path the user names -> (its args, the file, then its own)
+    "report.html": (lambda run, out: ["report", run, "--out", out], "report.html"),
+    "report.md": (lambda run, out: ["report", run, "--out", out], "report.md"),
+    "report_files": (lambda run, out: ["report", run, "--out", out], "report_files/angular_0_heatmap.png"),
+    **{f"compare-{fmt}": (lambda run, out, fmt=fmt: ["compare", run, run, "--format", fmt, "--out",
+                                                     Path(out) / "verdict"], "verdict") for fmt in
+       ("text", "markdown", "json", "junit")},
+    "compare-output": (lambda run, out: ["compare", run, run, "--output", Path(out) / "verdict"], "verdict"),
+}
+
+
+@pytest.mark.parametrize("case", list(SINGLE_FILES))
+def test_a_users_file_is_never_overwritten_by_a_single_file_output(case, tmp_path):
+    """report --out DIR over a user's report.html / report.md / report_files/, compare --out FILE (every --format,
+    the old --output) over a user's file: refused, the file as it was; --overwrite replaces it; layerprobe's own
+    earlier output is replaced without it (a CI job reruns)."""
+    from tests.helpers import DEMO_REFERENCE
+
+    args, name = SINGLE_FILES[case]
+    run = tmp_path / "angular"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    out = tmp_path / "out"
+    (out / name).parent.mkdir(parents=True)
+    (out / name).write_text("mine\n")
+    assert_error(invoke(*args(run, out)), f"'{out / name}' is already there and layerprobe did not write it")
+    assert (out / name).read_text() == "mine\n"
+    assert invoke(*args(run, out), "--overwrite").exit_code in (0, 1)
+    assert case == "report_files" or (out / name).read_text() != "mine\n"  # a figure this run lacks: left
+    again = invoke(*args(run, out))  # its own: replaced without --overwrite
+    assert again.exit_code in (0, 1), again.output
+
+
+def test_a_manifest_without_files_counts_only_when_its_summary_agrees(tmp_path):
+    """A manifest.json without 'files' (older runs, such as every committed reports/ run) is layerprobe's record
+    only beside a summary.json of the same command agreeing with it; a hand-made {"command": ...} is not, for
+    every command, for --overwrite and --resume."""
+    from tests.helpers import DEMO_REFERENCE
+
+    from layerprobe.runs.folder import check_owned
+    from layerprobe.errors import RunError
+
+    for run in sorted(p.parent for p in DEMO_REFERENCE.rglob("manifest.json")):  # older runs: still theirs
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert "files" not in manifest
+        check_owned(run, manifest["command"], "--overwrite")
+    for command in ("angular", "prune", "curve", "heal", "gradnorm", "toy", "monitor"):
+        for summary in (None, {"command": command}, {"command": command, "model": "x"}):
+            folder = tmp_path / f"{command}-{len(summary or ())}"
+            folder.mkdir()
+            (folder / "manifest.json").write_text(json.dumps({"command": command}))
+            if summary is not None:
+                (folder / "summary.json").write_text(json.dumps(summary))
+            (folder / "notes.txt").write_text("mine")
+            for flag in ("--overwrite", "--resume"):
+                with pytest.raises(RunError, match="lists no files and no summary.json of the same run agrees"):
+                    check_owned(folder, command, flag)
+    forged = tmp_path / "forged"  # a layerprobe-looking manifest whose summary disagrees
+    shutil.copytree(DEMO_REFERENCE / "angular", forged)
+    summary = json.loads((forged / "summary.json").read_text())
+    (forged / "summary.json").write_text(json.dumps({**summary, "model": "another"}))
+    with pytest.raises(RunError, match="not a layerprobe angular run"):
+        check_owned(forged, "angular", "--overwrite")
+
+
 @pytest.mark.slow  # each command runs twice on a tiny model
 @pytest.mark.parametrize("command", list(RUNS))
 def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, model_dirs, tmp_path):
@@ -126,6 +190,7 @@ def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, mode
     (["heal", "--lr", "1e30"], "--lr"),
     (["heal", "--lr", "inf"], "--lr"),
     (["curve", "--heal-steps", "1", "--heal-lr", "1e30"], "--heal-lr"),
+    (["heal", "--lora-alpha", "1e30"], "--lora-alpha"),  # an infinite gradient norm: clipped, it zeroes every step
 ])
 def test_a_diverging_rate_is_an_error_naming_it(args, flag, model_dirs, tmp_path):
     out = tmp_path / "run"
@@ -133,6 +198,168 @@ def test_a_diverging_rate_is_an_error_naming_it(args, flag, model_dirs, tmp_path
     assert_error(result, flag)
     assert "checkpoint" not in result.output.split("error:")[1]
     assert not (out / "summary.json").exists() and not (out / "merged").exists()
+
+
+def test_a_non_finite_healing_step_names_its_cause():
+    """Every place heal_loop stops, and the setting each names: the checkpoint before any update (step-0 scores,
+    the first loss), --lora-alpha where it scales the update far past the usual, else the rate."""
+    from layerprobe.commands.heal.loop import _check_step, _diverged
+    from layerprobe.config import HealConfig
+    from layerprobe.errors import NumericsError
+
+    from layerprobe import ModelOptions
+
+    ckpt = ModelOptions("ckpt")
+    base = HealConfig(model=ckpt, remove="1")
+    big = HealConfig(model=ckpt, remove="1", lora_alpha=1e30)
+    tail = HealConfig(model=ckpt, remove="1", lora_alpha=1e30, method="tail")
+    cases = [  # (call, what the message names, what it must not)
+        (lambda: _diverged("scores nan", 0, big, "--lr", "torch.float32"), "checkpoint 'ckpt'", "--lora-alpha"),
+        (lambda: _check_step(big, 1, "--lr", "torch.float32", math.nan, None), "checkpoint 'ckpt'", "--lora-alpha"),
+        (lambda: _check_step(base, 1, "--lr", "torch.float16", 1.0, math.inf), "--dtype float32", "--lr"),
+        (lambda: _check_step(big, 1, "--lr", "torch.float32", 1.0, math.inf), "--lora-alpha 1e+30", "checkpoint"),
+        (lambda: _check_step(big, 3, "--lr", "torch.float32", math.nan, None), "--lora-alpha 1e+30", "--lr "),
+        (lambda: _check_step(base, 3, "--lr", "torch.float32", 1.0, math.nan), "--lr 0.0002", "checkpoint"),
+        (lambda: _check_step(tail, 3, "--lr", "torch.float32", math.inf, None), "--lr 0.0002", "--lora-alpha"),
+        (lambda: _check_step(base, 2, "--heal-lr", "torch.float32", math.inf, None), "--heal-lr", "checkpoint"),
+    ]
+    for call, names, never in cases:
+        with pytest.raises(NumericsError) as caught:
+            error = call()
+            if isinstance(error, NumericsError):
+                raise error
+        assert names in str(caught.value) and never not in str(caught.value), str(caught.value)
+    _check_step(base, 1, "--lr", "torch.float32", 1.0, 1e6)  # finite: goes on
+
+
+def test_a_non_finite_repair_score_is_an_error():
+    """lstsq/cosine: held-out scores of the folded model (heal) that come out NaN are one line naming the cause
+    (the maps: --ridge; the checkpoint before any map: --dtype float32), never a merged/ scored NaN."""
+    import torch
+
+    from layerprobe.commands.heal.replace import paired_scores
+    from layerprobe.errors import NumericsError
+
+    ids = torch.tensor([[1, 2, 3, 4]])
+    good = torch.randn(1, 4, 8)
+    heldout = [SimpleNamespace(input_ids=ids)]
+    repaired = SimpleNamespace(originals=[], folded=[])
+
+    def model(logits):
+        return lambda input_ids, use_cache: SimpleNamespace(logits=logits)
+
+    assert set(paired_scores(model(good), model(good), repaired, heldout, "cpu")) == {"before", "after", "unpruned"}
+    for teacher, needle in ((good.clone().fill_(math.nan), "before any map"),):
+        with pytest.raises(NumericsError, match=needle):
+            paired_scores(model(teacher), model(good), repaired, heldout, "cpu")
+    calls = iter([good, good.clone().fill_(math.inf)])  # before the folds: finite; after: not
+
+    def student(input_ids, use_cache):
+        return SimpleNamespace(logits=next(calls))
+
+    with pytest.raises(NumericsError, match="the folded maps make it: raise --ridge"):
+        paired_scores(model(good), student, repaired, heldout, "cpu")
+
+
+@pytest.fixture(scope="module")
+def broken_weights(model_dirs, tmp_path_factory):
+    """The tiny LLaMA with a NaN in one tensor, and with every weight scaled by 1e38 (finite, but no norm survives:
+    every logit comes out 0 and every kl 0)."""
+    from safetensors.torch import load_file, save_file
+
+    folders = {}
+    for name, change in (("nan", "nan"), ("scaled", "scale")):
+        folder = tmp_path_factory.mktemp(name)
+        shutil.copytree(model_dirs["llama"], folder, dirs_exist_ok=True)
+        tensors = load_file(folder / "model.safetensors")
+        if change == "nan":
+            tensors["model.layers.2.mlp.up_proj.weight"][0, 0] = math.nan
+        else:
+            tensors = {k: v * 1e38 for k, v in tensors.items()}
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+        folders[name] = folder
+    return folders
+
+
+@pytest.mark.parametrize("command", ["angular", "prune", "curve", "heal", "export"])
+def test_a_broken_checkpoint_is_named_by_every_command(command, broken_weights, tmp_path):
+    """Every command that loads a model: the checkpoint and the tensor, before any forward (never a ranking of
+    zeros, nor a healing blamed on --lr, nor an export blamed on the architecture)."""
+    for kind, tensor in (("nan", "layers.2.mlp.up_proj.weight"), ("scaled", "embed_tokens.weight")):
+        args = run_args(command, {"llama": broken_weights[kind]}, tmp_path / kind)
+        result = invoke(*args)
+        assert_error(result, f"has {'NaN or infinite values' if kind == 'nan' else 'values up to'}")
+        assert tensor in result.output and "--lr" not in result.output and "architecture" not in result.output
+        assert not (tmp_path / kind).exists()
+
+
+def test_a_non_finite_score_is_never_ranked():
+    """The sweep paths a checked forward does not cover: an evaluation's scores (lm-eval, SQuAD) and an lm-eval
+    multiple-choice loglikelihood (argmax would still pick a choice) are one line, never a row."""
+    from layerprobe.commands.prune.sweeps import _check_finite, _check_scores
+    from layerprobe.errors import NumericsError
+    from layerprobe.evaluation.records import _choice_fields
+    from layerprobe.evaluation.taskfree import Sums
+
+    loaded = SimpleNamespace(spec="ckpt", dtype="float32")
+    _check_scores({"acc": (0.5, 0.1), "acc_stderr_missing": (0.5, math.nan)}, None, loaded)
+    for scores, label in (({"acc": (math.nan, 0.1)}, None), ({"f1": (math.inf, 0.0)}, "1")):
+        with pytest.raises(NumericsError, match="'ckpt' scores a NaN"):
+            _check_scores(scores, label, loaded)
+    for sums in (Sums([math.nan, 3], {}), Sums([1.0, 3], {"2": [math.inf, 3]})):
+        with pytest.raises(NumericsError, match="'ckpt'"):
+            _check_finite(sums, "kl", 0, loaded)
+    task = SimpleNamespace(doc_to_choice=lambda doc: ["a", "b"], config=SimpleNamespace(task="arc_easy"))
+    sample = {"doc": {}, "doc_id": 4, "target": 0, "filtered_resps": [(math.nan, False), (-1.0, False)]}
+    with pytest.raises(NumericsError, match="document 4 of arc_easy"):
+        _choice_fields(sample, task)
+
+
+# ---- impossible token counts: one position has no next-token target ------------------------------------------------
+
+def _with(args: list, option: str, value: str) -> list:
+    args = list(args)
+    if option in args:
+        args[args.index(option) + 1] = value
+    else:
+        args += [option, value]
+    return args
+
+
+@pytest.mark.parametrize("command", ["angular", "prune", "curve", "heal", "gradnorm", "ppl", "drift"])
+def test_fewer_than_two_positions_are_refused_naming_the_option(command, model_dirs, tmp_path):
+    """Every command reading a corpus: --tokens 1 (ppl 1.0 and an invented ranking) or --seq-len 1 is one line
+    naming the option and the minimum, before the model loads; the library and the training callback alike."""
+    base = {"ppl": ["prune", "{model}", "--task", "ppl", *TINY], "drift": ["prune", "{model}", "--task", "drift",
+                                                                        *TINY]}.get(command) or RUNS[command]
+    base = [a.format(model=model_dirs["llama"]) for a in base] + ["--out", str(tmp_path / "run")]
+    options = ["--seq-len"] if command == "gradnorm" else ["--tokens", "--seq-len"]
+    for option in options:
+        for value in ("1", "0"):
+            assert_error(invoke(*_with(base, option, value)), f"{option} must be at least 2, got {value}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_library_refuses_fewer_than_two_positions(tmp_path):
+    from layerprobe import AngularConfig, DataOptions, ModelOptions, PruneConfig
+
+    model = ModelOptions(str(tmp_path / "no-such-model"))
+    for data in (DataOptions("builtin", tokens=1), DataOptions("builtin", seq_len=1)):
+        with pytest.raises(LayerprobeError, match="must be at least 2"):
+            layerprobe.angular(AngularConfig(model=model, data=data))
+        with pytest.raises(LayerprobeError, match="must be at least 2"):
+            layerprobe.prune(PruneConfig(model=model, data=data, task="ppl"))
+    with pytest.raises(LayerprobeError, match="tokens must be at least 2"):
+        layerprobe.LayerMonitor(None, None, tokens=1)
+
+
+def test_a_last_sequence_without_a_target_costs_no_interval():
+    """ppl of --tokens 49 at --seq-len 16: the last sequence holds one position, no next-token target; its 0 / 0
+    is left out of the records (it adds nothing to the score), so the intervals stay."""
+    from layerprobe.evaluation.records import sequence_rows
+
+    rows = sequence_rows("ppl", [[10.0, 15], [12.0, 15], [0.0, 0]])
+    assert [(r["doc_id"], r["tokens"], r["total"]) for r in rows] == [(0, 15, 10.0), (1, 15, 12.0)]
 
 
 # ---- rule 3: the library validates like the CLI --------------------------------------------------------------------
@@ -171,6 +398,125 @@ def test_the_library_checks_each_field_before_any_model_loads(tmp_path):
         layerprobe.load_run(tmp_path / "a-file")
 
 
+COMMANDS = ("angular", "prune", "curve", "gradnorm", "export", "heal", "toy")  # each takes its *Config
+NOT_CALLED = {"Run", "RunResult", "LayerprobeError", "AngularConfig", "PruneConfig", "CurveSettings",
+              "GradnormConfig", "TrainSettings", "ExportConfig", "HealConfig", "ToyConfig", "ModelOptions",
+              "DataOptions", "MonitorSettings"}  # types: their fields are checked where a command takes them
+
+
+def test_every_public_function_refuses_none_and_wrong_types(tmp_path):
+    """Every callable of layerprobe's public API (layerprobe._API, but the types) given None, a number, an empty
+    string or a list where its first argument belongs: one LayerprobeError naming the argument, never a TypeError,
+    AttributeError or KeyError from inside."""
+    from layerprobe import _API
+
+    called = sorted(set(_API) - NOT_CALLED)
+    assert set(COMMANDS) | {"merge", "compare", "load_run", "resolve", "validate", "LayerMonitor",
+                            "LayerprobeCallback"} == set(called)  # a new public function joins this test
+    for name in called:
+        function = getattr(layerprobe, name)
+        for bad in (None, 123, "", [1]):
+            args = {"compare": (bad, str(tmp_path)), "resolve": (bad, {})}.get(name, (bad,))
+            if name == "LayerprobeCallback":  # takes the tokenizer; the trainer's model arrives with on_train_begin
+                continue
+            if name == "merge" and bad is None:
+                args = ([None],)
+            with pytest.raises(LayerprobeError) as caught:
+                function(*args)
+            assert "\n" not in str(caught.value), (name, bad)
+
+
+def test_compare_and_the_settings_check_what_the_cli_checks(tmp_path):
+    """compare's tolerance as --tolerance is checked (a dict of known keys, finite numbers >= 0; {} keeps the
+    defaults); every settings field given None where its declared default is not None names the field."""
+    import dataclasses
+
+    from tests.helpers import DEMO_REFERENCE
+
+    run = DEMO_REFERENCE / "angular"
+    assert layerprobe.compare(run, run, {}).exit_code == 0
+    assert layerprobe.compare(run, run).exit_code == 0
+    for bad, needle in (("0.1", "tolerance must be a dict"), ({"distance": 0.1}, "Unknown tolerance 'distance'"),
+                        ({"angular": math.nan}, "finite number >= 0"), ({"angular": -1}, "finite number >= 0"),
+                        ({"angular": True}, "got True"), ({"angular": "x"}, "not a number"),
+                        ({1: 0.1}, "Unknown tolerance")):
+        with pytest.raises(LayerprobeError, match=needle):
+            layerprobe.compare(run, run, bad)
+    cli = invoke("compare", run, run, "--tolerance", "angular=nan")
+    assert_error(cli, "finite number >= 0")
+    from layerprobe import ModelOptions
+
+    missing = ModelOptions(str(tmp_path / "none"))
+    configs = {"angular": layerprobe.AngularConfig, "prune": layerprobe.PruneConfig, "curve": layerprobe.PruneConfig,
+               "gradnorm": layerprobe.GradnormConfig, "export": layerprobe.ExportConfig,
+               "heal": layerprobe.HealConfig, "toy": layerprobe.ToyConfig}
+    for command, cls in configs.items():
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else (
+                f.default_factory() if f.default_factory is not dataclasses.MISSING else None)
+            if default is None:
+                continue
+            values = {f.name: None}
+            if "model" in {g.name for g in dataclasses.fields(cls)} and f.name != "model":
+                values["model"] = missing
+            with pytest.raises(LayerprobeError) as caught:
+                getattr(layerprobe, command)(cls(**values))
+            assert f.name in str(caught.value) and "does not exist" not in str(caught.value), (command, f.name)
+    with pytest.raises(LayerprobeError, match="ModelOptions.model is None: pass a model"):
+        layerprobe.angular(layerprobe.AngularConfig(model=ModelOptions(model=None)))
+
+
+OUT_COMMANDS = {  # every command with an --out: its arguments
+    "angular": ["angular", "x"], "prune": ["prune", "x", "--task", "kl"], "heal": ["heal", "x", "--remove", "1"],
+    "export": ["export", "x", "--remove", "1"], "gradnorm": ["gradnorm", "--arch", "tiny"], "toy": ["toy"],
+    "report": ["report", "{run}"], "compare": ["compare", "{run}", "{run}"], "merge": ["merge", "{run}", "{run}"],
+    "demo": ["demo", "--quick"],
+}
+
+
+@pytest.mark.parametrize("command", list(OUT_COMMANDS))
+def test_an_empty_out_is_refused_never_the_default(command, tmp_path):
+    """--out "" (a script's unset variable) is one line, never a run written to the default folder."""
+    from tests.helpers import DEMO_REFERENCE
+
+    args = [a.format(run=DEMO_REFERENCE / "angular") for a in OUT_COMMANDS[command]]
+    flags = ["--out", "--output"] if command == "compare" else ["--out"]
+    for flag in flags:
+        for empty in ("", "  "):
+            assert_error(invoke(*args, flag, empty), "empty path")
+    assert not Path("reports").exists()
+
+
+def test_heal_says_why_it_has_nothing_to_remove(model_dirs, tmp_path):
+    """heal MODEL without --remove, --from-curve or an export: one line saying what MODEL is (no folder here, a
+    model folder without the record), never 'got nothing'; before any model loads."""
+    cases = {str(tmp_path / "missing"): "is no folder here", "no-such-model": "is no folder here",
+             str(model_dirs["llama"]): "is a model folder, not an export (it holds no layerprobe-removal.json)"}
+    for model, needle in cases.items():
+        result = invoke("heal", model, *TINY, "--out", tmp_path / "h")
+        assert_error(result, needle)
+        assert "got nothing" not in result.output and "--remove 20-27" in result.output
+    assert_error(invoke("heal", model_dirs["llama"], "--remove", "1", "--from-curve", tmp_path, *TINY),
+                 "(got --remove and --from-curve)")
+
+
+def test_a_curves_blocks_outside_the_model_name_the_curve_not_remove():
+    """--from-curve whose chosen blocks the model lacks (block 17 of 4): the message names the curve run and its
+    curve.csv, never --remove that was not given; --remove keeps its own message."""
+    from layerprobe.commands.export import parse_remove
+
+    for removed, needle in (("17", "is 17, and the model it is applied to has 4 blocks (0..3)"),
+                            ("0-3", "keeping none"), ("x3", "item 'x3'")):
+        with pytest.raises(LayerprobeError) as caught:
+            parse_remove(removed, 4, "runs/curve", "angular")
+        text = str(caught.value)
+        assert needle in text and "--from-curve 'runs/curve': curve.csv's 'removed'" in text, text
+        assert "--remove" not in text
+    assert parse_remove("1-2", 4, "runs/curve", "angular") == [1, 2]
+    with pytest.raises(LayerprobeError, match="--remove 17 out of range"):
+        parse_remove("17", 4)
+
+
 # ---- rule 4 and issue 38 item 4: records read as input are verified ------------------------------------------------
 
 @pytest.fixture
@@ -194,6 +540,26 @@ def test_a_damaged_or_foreign_removal_record_is_one_line(exported, damage, needl
     result = invoke("heal", exported, "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h")
     assert_error(result, needle)
     assert "layerprobe-removal.json" in result.output and "--remove" not in result.output.split("error:")[1][:60]
+
+
+def test_a_removal_record_that_disagrees_with_itself_is_refused():
+    """Each key heal could re-prune the source by, edited apart from the others: one line naming the file and both
+    keys (never a heal of other blocks than the export removed)."""
+    from layerprobe.commands.export import check_record_ids
+    from layerprobe.errors import RunError
+
+    path = Path("export/layerprobe-removal.json")
+    record = {"removed": [1], "kept": [0, 2, 3], "num_layers_original": 4, "num_layers_exported": 3, "part": "block"}
+    assert check_record_ids(record, path, 4) == [1]
+    assert check_record_ids({"removed": [1], "part": "block"}, path, 4) == [1]  # older records: what they hold
+    for edit, needle in (({"removed": [2]}, "'removed' [2] and 'kept' [0, 2, 3] disagree"),
+                         ({"kept": [0, 1, 3]}, "'removed' [1] and 'kept' [0, 1, 3] disagree"),
+                         ({"kept": "0,2,3"}, "'kept' \"0,2,3\" disagree"),
+                         ({"num_layers_original": 5}, "'num_layers_original' is 5"),
+                         ({"num_layers_exported": 2}, "'num_layers_exported' says 2")):
+        with pytest.raises(RunError) as caught:
+            check_record_ids({**record, **edit}, path, 4)
+        assert needle in str(caught.value) and str(path) in str(caught.value), str(caught.value)
 
 
 @pytest.mark.slow  # a curve and four exports of tiny models

@@ -319,7 +319,7 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     (["--remove", "0-3"], "Cannot remove all 4 layers"),
     (["--remove", "1", "--lora-targets", "qproj"], "Unknown --lora-targets 'qproj'"),
     (["--remove", "1", "--objective", "sft"], "Unknown --objective 'sft'"),
-    ([], "heal takes one of --remove 20-27, --from-curve RUN or an exported folder"),
+    ([], "is a model folder, not an export (it holds no layerprobe-removal.json): pass --remove 20-27"),
 ])
 def test_bad_heal_input(args, needle, model_dirs, tmp_path):
     result = invoke("heal", str(model_dirs["llama"]), *DATA, *args, "--out", str(tmp_path / "x"))

@@ -190,27 +190,25 @@ def test_spans_and_findings_by_hand(tmp_path):
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-def test_compare_fails_on_non_finite_numbers_in_every_format(value, model_dirs, corpus_file, tmp_path):
-    """NaN compares false with everything: a check that only asks `abs(delta) > limit` would pass it."""
+def test_compare_refuses_non_finite_numbers_as_unusable_in_every_format(value, tmp_path):
+    """NaN compares false with everything, so a check that only asks `abs(delta) > limit` would pass it; and a
+    verdict on it (REGRESSION) would say what report refuses to say: a non-finite always-measured number makes the
+    run unusable, on either side, in every format: exit 2, naming the file."""
     import shutil
 
     import pandas as pd
 
-    from layerprobe.commands.angular import run_angular
-    from layerprobe.config import AngularConfig, DataOptions, ModelOptions
-
-    run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                                    data=DataOptions(str(corpus_file), "text", 256, 32, 2), out=str(tmp_path / "old")))
-    shutil.copytree(run.folder, tmp_path / "new")
-    table = pd.read_csv(tmp_path / "new" / "angular.csv")
+    old, new = tmp_path / "old", tmp_path / "new"
+    shutil.copytree(DEMO_REFERENCE / "angular", old)
+    shutil.copytree(old, new)
+    table = pd.read_csv(new / "angular.csv")
     table.loc[(table["layer"] == 2) & (table["n"] == 1), "distance"] = float(value)
-    table.to_csv(tmp_path / "new" / "angular.csv", index=False)
+    table.to_csv(new / "angular.csv", index=False)
     for fmt in ("text", "markdown", "json", "junit"):
-        result = invoke("compare", tmp_path / "old", tmp_path / "new", "--format", fmt, "--tolerance", "angular=1")
-        assert result.exit_code == 1, (fmt, result.output)
-        assert "l=2 n=1" in result.output, (fmt, result.output)
-    both = invoke("compare", tmp_path / "new", tmp_path / "new")  # non-finite on both sides is no pass either
-    assert both.exit_code == 1 and "l=2 n=1" in both.output, both.output
+        for pair in ((old, new), (new, old), (new, new)):
+            result = invoke("compare", *pair, "--format", fmt, "--tolerance", "angular=1")
+            assert_error(result, f"'{new / 'angular.csv'}' has an empty, infinite or NaN distance: the run is unusable")
+    assert_error(invoke("report", new, "--out", tmp_path / "page"), "infinite or NaN distance")
 
 
 def test_damaged_tables_are_refused_by_every_reader(tmp_path):
@@ -231,8 +229,7 @@ def test_damaged_tables_are_refused_by_every_reader(tmp_path):
         folder = tmp_path / name
         shutil.copytree(reference, folder)
         (folder / "angular.csv").write_text(damage((reference / "angular.csv").read_text()))
-        if name != "nan":  # compare judges a NaN as a failed check naming it (test_compare_fails_on_non_finite...)
-            assert_error(invoke("compare", reference, folder), needles[name])
+        assert_error(invoke("compare", reference, folder), needles[name])
         assert_error(invoke("report", folder, "--out", tmp_path / f"page-{name}"), needles[name])
     curve = DEMO_REFERENCE / "smollm2-curve-kl"
     shutil.copytree(curve, tmp_path / "curve")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, check_path
 from layerprobe.cli.common import call, fail
 
 
@@ -17,6 +17,8 @@ def compare(
     output: str = typer.Option(None, "--out", help="Also write the verdict to this file."),
     output_alias: str = typer.Option(None, "--output", hidden=True),  # the old name, kept for existing CI scripts
     max_rows: int = typer.Option(50, "--max-rows", show_default=False, help="Offending entries listed (all are counted; default 50)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out file layerprobe did not write (an "
+                                   "earlier verdict is replaced without it)."),
 ) -> None:
     """Give a CI verdict on two runs: exit 0 within tolerance, 1 on a regression, 2 on unusable input.
 
@@ -24,14 +26,17 @@ def compare(
     from pathlib import Path
 
     from layerprobe.config import find_project_config
-    from layerprobe.runs.compare import compare_folders, parse_tolerances, render
-    from layerprobe.runs.folder import atomic_write_text
+    from layerprobe.runs.compare import compare_folders, is_verdict, parse_tolerances, render
+    from layerprobe.runs.folder import atomic_write_text, check_file_owned
 
+    output = output if output is not None else output_alias
+    if output is not None:  # before anything is compared: a user's file there is never replaced
+        call(check_path, output, "--out")
+        call(check_file_owned, Path(output), is_verdict, "--out", overwrite)
     project, _ = call(find_project_config)
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))
     result = call(compare_folders, baseline, new, tolerances)
     text = call(render, result, fmt, max_rows)
-    output = output or output_alias
     if output:
         try:
             atomic_write_text(Path(output), text if text.endswith("\n") else text + "\n")

@@ -21,6 +21,7 @@ from layerprobe.commands.prune.curve import run_curve
 from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import (DEMO_OUT, AngularConfig, CurveSettings, DataOptions, GradnormConfig, ModelOptions,
                                PruneConfig)
+from layerprobe.errors import check_path
 from layerprobe.progress import Progress, silent
 from layerprobe.report.page import report_runs
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir, release_run_dir, run_files, write_json
@@ -106,6 +107,7 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
     """The argument on real weights (MiniLM, Post-LN; SmolLM2, Pre-LN; Gemma 3, Peri-LN: angular and task-free
     sweeps) and gradnorm of the in-house placements, then report.html/.md in `out` (or a timestamped sibling when `out`
     exists and overwrite is off)."""
+    check_path(out, "--out")
     size = QUICK if quick else FULL
     started, clock = start_time(), time.perf_counter()
     # an existing demo is kept (a timestamped sibling instead); --overwrite replaces only an earlier demo's files

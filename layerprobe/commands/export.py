@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from layerprobe.commands.gain import measure_gain, model_inputs
 from layerprobe.config import ExportConfig
 from layerprobe.data.packing import max_sequence_length
-from layerprobe.errors import ArchitectureError, ConfigError, RunError, first_line
+from layerprobe.errors import ArchitectureError, ConfigError, NumericsError, RunError, first_line, numerics_fix
 from layerprobe.evaluation.variants import PARTS, parse_ranges, ranges_label
 from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, layer_kinds, text_config
 from layerprobe.models.load import load_model, locate
@@ -34,9 +35,21 @@ OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
                       "mlp": ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "wo", "w2")}
 
 
-def parse_remove(spec: str, num_layers: int) -> list[int]:
-    """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends."""
-    return check_indices(parse_ranges(spec, num_layers, "--remove", "20-27 or 3,7,9-11"), num_layers)
+def parse_remove(spec: str, num_layers: int, from_curve: str | None = None, strategy: str = "") -> list[int]:
+    """'20-27' or '3,7,9-11' -> sorted ids, each within the model; ranges include both ends. from_curve: the blocks
+    are a curve run's choice (curve.csv's 'removed' of `strategy`), and a problem names that run, not --remove."""
+    if not from_curve:
+        return check_indices(parse_ranges(spec, num_layers, "--remove", "20-27 or 3,7,9-11"), num_layers)
+    where = f"--from-curve '{from_curve}': curve.csv's 'removed' of the {strategy} curve"
+    try:
+        ids = parse_ranges(str(spec), max(num_layers, 4096), where, "3,7,9-11")  # its syntax; the model's range below
+    except ConfigError as exc:
+        raise RunError(f"{first_line(exc).rstrip('.')}; run `layerprobe prune --curve` again.") from None
+    outside = [i for i in ids if i >= num_layers]
+    if outside or len(ids) >= num_layers:
+        raise RunError(f"{where} is {spec}, and the model it is applied to has {num_layers} blocks (0..{num_layers - 1})"
+                       f"{'' if outside else ', keeping none'}: pass the model the curve was run on.")
+    return ids
 
 
 def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
@@ -141,13 +154,26 @@ def read_removal(path: Path) -> dict:
 
 
 def check_record_ids(record: dict, path: Path, num_layers: int) -> list[int]:
-    """The record's removed block ids, each within the loaded model's `num_layers`."""
+    """The record's removed block ids, each within the loaded model's `num_layers`, and agreeing with the record's
+    own 'kept' and layer counts (a record edited by hand would re-prune the source otherwise than the export)."""
     ids = sorted(set(record["removed"]))
     outside = [i for i in ids if not 0 <= i < num_layers]
     if outside or len(ids) >= num_layers:
         raise RunError(f"'{path}': 'removed' names blocks {ids} and the model it is applied to has {num_layers} "
                        f"(0..{num_layers - 1}){'' if outside else ', keeping none'}: pass the model it was exported "
                        "from.")
+    kept, original = record.get("kept"), record.get("num_layers_original")
+    if kept is not None and (not isinstance(kept, list) or sorted(map(str, kept)) != sorted(
+            str(i) for i in range(num_layers) if i not in ids)):
+        raise RunError(f"'{path}': 'removed' {ids} and 'kept' {json.dumps(kept)[:60]} disagree (together they list "
+                       f"each of the {num_layers} blocks once): export again.")
+    if original is not None and original != num_layers:
+        raise RunError(f"'{path}': 'num_layers_original' is {json.dumps(original)[:20]} and the model it is applied "
+                       f"to has {num_layers} blocks: pass the model it was exported from, or export again.")
+    exported = record.get("num_layers_exported")
+    if exported is not None and record.get("part") == "block" and exported != num_layers - len(ids):
+        raise RunError(f"'{path}': 'removed' {ids} leaves {num_layers - len(ids)} blocks, and "
+                       f"'num_layers_exported' says {json.dumps(exported)[:20]}: export again.")
     return ids
 
 
@@ -361,6 +387,20 @@ def _check_earlier_export(out: Path, out_arg: str) -> None:
                        "pass another folder; --overwrite only replaces the files of an earlier export.")
 
 
+def _check_difference(difference: float | None, tolerance: float, loaded: Any, head_class: str) -> None:
+    """The reload matches the pruned model within `tolerance`; a NaN or infinite difference is the checkpoint's
+    outputs (their activations overflow), not the export."""
+    if difference is None:
+        return
+    if not math.isfinite(difference):
+        raise NumericsError(f"'{loaded.spec}' gives NaN or infinite outputs at {loaded.dtype}, so the export "
+                            f"cannot be verified: {numerics_fix(loaded.dtype)}; not exported.")
+    if not difference <= tolerance:
+        raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
+                       f"{difference:.3g} (tolerance {tolerance:g}): not exported; please report this "
+                       f"architecture ({head_class}).")
+
+
 def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
     """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
     import os
@@ -376,7 +416,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                       config.allow_other_weights)
     model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
     stack.sublayer = config.sublayer
-    ids = parse_remove(remove, len(stack)) if isinstance(remove, str) else check_indices(remove, len(stack))
+    ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
+           check_indices(remove, len(stack)))
     keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
@@ -406,10 +447,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
         dtype = next(model.parameters()).dtype
         difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
         tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
-        if difference is not None and not difference <= tolerance:
-            raise RunError(f"The exported folder reloaded with plain transformers differs from the pruned model by "
-                           f"{difference:.3g} (tolerance {tolerance:g}): not exported; please report this "
-                           f"architecture ({head_class}).")
+        _check_difference(difference, tolerance, loaded, head_class)
         if loaded.tokenizer is not None:
             loaded.tokenizer.save_pretrained(partial)
         removal = removal_record(loaded, stack, ids, part, zeroed, config, difference, gain)

@@ -64,10 +64,12 @@ def max_sequence_length(model: Any, tokenizer: Any) -> int | None:
     return limit[0] if limit else None
 
 
-def check_sizes(tokens: int, seq_len: int, batch_size: int) -> None:
-    for name, value in (("--tokens", tokens), ("--seq-len", seq_len), ("--batch-size", batch_size)):
-        if value <= 0:
-            raise ConfigError(f"{name} must be a positive integer, got {value}.")
+def check_sizes(tokens: int | None, seq_len: int, batch_size: int) -> None:
+    """DataOptions' bounds (config.py): two positions at least, a next-token target needs them. tokens None: the
+    command reads no --tokens."""
+    for name, value, least in (("--tokens", tokens, 2), ("--seq-len", seq_len, 2), ("--batch-size", batch_size, 1)):
+        if value is not None and value < least:
+            raise ConfigError(f"{name} must be at least {least}, got {value}.")
 
 
 def token_stream(texts: Iterable[str], tokenizer: Any) -> Iterator[int]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from layerprobe.errors import NumericsError
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
@@ -40,6 +41,11 @@ def _choice_fields(sample: dict, task: Any) -> dict:
     lm-eval's acc and acc_norm pick), and the gold choice's loglikelihood, raw and per character."""
     choices = list(task.doc_to_choice(sample["doc"]))
     lls = np.array([float(r[0]) for r in sample["filtered_resps"]][: len(choices)])  # mutual info doubles them
+    if not np.isfinite(lls).all():  # argmax would still pick a choice: a made-up accuracy
+        name = getattr(getattr(task, "config", None), "task", None) or "the task"
+        raise NumericsError(f"The model scores a NaN or infinite loglikelihood on document {sample.get('doc_id')} "
+                            f"of {name}: its activations overflow the dtype (run with --dtype float32) or the "
+                            "checkpoint is broken (load it with transformers and run one forward).")
     lengths = np.array([float(len(c)) for c in choices])
     gold = sample["target"]
     if isinstance(gold, str):
@@ -81,8 +87,10 @@ def leaf_tasks(group_subtasks: dict) -> dict[str, list[str]]:
 
 
 def sequence_rows(task: str, sums: list) -> list[dict]:
-    """A task-free metric's per-sequence [sum over positions, positions] as records."""
-    return [{"task": task, "doc_id": i, "tokens": int(n), "total": float(t)} for i, (t, n) in enumerate(sums)]
+    """A task-free metric's per-sequence [sum over positions, positions] as records; a sequence with no position
+    scored (ppl of a last sequence of one token: no next-token target) adds nothing to the score and is left out,
+    where its 0 / 0 would cost every interval."""
+    return [{"task": task, "doc_id": i, "tokens": int(n), "total": float(t)} for i, (t, n) in enumerate(sums) if n]
 
 
 # ---- the file ---------------------------------------------------------------------------------------------------

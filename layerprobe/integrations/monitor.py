@@ -90,6 +90,9 @@ class LayerMonitor:
                  probe: list | None = None, log: Callable[[dict, int], None] | None = None, stack: Any = None,
                  shared: bool = True, **options: Any) -> None:
         self.settings = monitor_settings(settings, **options)
+        if not callable(getattr(model, "named_modules", None)):
+            raise ConfigError(f"LayerMonitor takes the model being trained (a torch.nn.Module), got "
+                              f"{type(model).__name__} {repr(model)[:40]}: pass the model.")
         self.model = unwrapped(model)
         self.stack = stack if stack is not None else find_blocks(self.model, self.settings.layers_path)
         self.shared = shared

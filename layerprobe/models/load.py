@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -339,7 +340,8 @@ def _decoder_reads_input(module: Any, args: tuple, kwargs: dict) -> tuple[tuple,
 
 def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, placement: dict, common: dict,
                   device_map: str | None, offload: str) -> tuple[Any, dict]:
-    """from_pretrained with loading info; each way it fails becomes one line naming the fix."""
+    """from_pretrained with loading info; each way it fails becomes one line naming the fix, and so does a weight
+    no forward survives."""
     import torch
 
     cls = auto_class(head, config)
@@ -347,7 +349,7 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
     if head == "base" and auto_map and cls.__name__ not in auto_map and "AutoModelForCausalLM" in auto_map:
         cls = auto_class("causal-lm", config)  # custom code that maps only its LM class: its base model is inside
     try:
-        return cls.from_pretrained(
+        loaded = cls.from_pretrained(
             where, config=config, dtype=getattr(torch, dtype), output_loading_info=True, **placement, **common
         )
     except Exception as exc:  # torch, safetensors and transformers each raise their own types here
@@ -384,6 +386,8 @@ def _load_weights(spec: str, where: str, head: str, config: Any, dtype: str, pla
             f"Could not load the weights of '{spec}': {first_line(exc)}. Re-save the checkpoint "
             "or re-download it."
         ) from None
+    check_weights_finite(loaded[0], spec)
+    return loaded
 
 
 def _load_tokenizer(spec: str, where: str, common: dict) -> Any:
@@ -412,6 +416,27 @@ def check_token_ids(model: Any, tokenizer: Any, spec: str) -> None:
         raise ModelLoadError(f"The tokenizer of '{spec}' has {len(tokenizer)} token ids (up to {len(tokenizer) - 1}) "
                              f"but the model has {rows} input embeddings: save the tokenizer the model was trained "
                              "with next to its weights.")
+
+
+def check_weights_finite(model: Any, spec: str) -> None:
+    """A NaN or infinite weight, or one no forward survives (beyond the square root of float32's largest number:
+    its square, in every norm and attention score, overflows), is the checkpoint's fault: one line naming the
+    tensor, before any forward (else a NaN loss blames --lr, or a degenerate output is ranked)."""
+    import torch
+
+    limit = torch.finfo(torch.float32).max ** 0.5  # about 1.8e19; real checkpoints stay far below
+    for name, tensor in model.named_parameters():
+        if not tensor.is_floating_point() or tensor.device.type == "meta" or not tensor.numel():
+            continue  # quantized storage, disk-offloaded weights
+        largest = float(tensor.detach().abs().max())
+        if not math.isfinite(largest) or largest > limit:
+            what = "NaN or infinite values" if not math.isfinite(largest) else f"values up to {largest:.3g}"
+            dtype = str(tensor.dtype).replace("torch.", "")
+            fix = ("load it at --dtype float32 (float16 overflows past 65504), or re-save the checkpoint if it holds "
+                   "them itself" if dtype == "float16" else "re-save or re-download the checkpoint, and check that "
+                   "tensor with transformers")
+            raise ModelLoadError(f"The checkpoint '{spec}' has {what} in {name} at {dtype}: nothing can be measured "
+                                 f"on it; {fix}.")
 
 
 def _refuse_spill(spec: str, model: Any, placement: dict, device_map: str | None, offload: str) -> None:

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, check_path
 from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import conflicts, describe, findings
-from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, record_written, save_figure
+from layerprobe.runs.folder import (atomic_write_bytes, atomic_write_text, check_file_owned, record_written,
+                                    save_figure)
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
@@ -119,8 +120,28 @@ def _shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
     return paths
 
 
-def write_report(runs: list[Run], out: Path, title: str = "layerprobe report") -> Report:
-    """One page for one or more runs; same-command runs sit side by side, with overlays across them."""
+def _is_page(head: str) -> bool:
+    """report.html or report.md as write_report writes them: every title starts 'layerprobe report'."""
+    return head.startswith("# layerprobe report") or "<title>layerprobe report" in head
+
+
+def check_report_owned(out: Path, overwrite: bool = False) -> None:
+    """report.html, report.md and report_files/ in `out` are replaced only when layerprobe wrote them (or with
+    --overwrite): a user's page of the same name is one line, nothing written."""
+    for name in ("report.html", "report.md"):
+        check_file_owned(out / name, _is_page, "--out", overwrite)
+    assets = out / "report_files"
+    pages = [p for p in (out / "report.html", out / "report.md") if p.is_file()]
+    found = sorted(p for p in assets.rglob("*") if p.is_file()) if assets.is_dir() else []
+    if found and not pages and not overwrite:
+        raise RunError(f"'{found[0]}' is already there and layerprobe did not write it (no report beside it): move "
+                       "it away, pass another --out, or pass --overwrite to replace it.")
+
+
+def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", overwrite: bool = False) -> Report:
+    """One page for one or more runs; same-command runs sit side by side, with overlays across them. The title
+    starts 'layerprobe report' (report_runs): a later report knows the page as layerprobe's by it."""
+    check_report_owned(out, overwrite)
     try:
         out.mkdir(parents=True, exist_ok=True)
         assets = out / "report_files"
@@ -197,10 +218,14 @@ def name_alike(runs: list[Run]) -> None:
                 run.alias = f"{run.base_label} [{where}]"
 
 
-def report_runs(paths: list[str], out: str | None = None) -> Report:
+def report_runs(paths: list[str], out: str | None = None, overwrite: bool = False) -> Report:
     """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
     if not paths:
         raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
+    for path in paths:
+        check_path(path, "report's run folder")
+    if out is not None:
+        check_path(out, "--out")
     runs = [run for path in paths for run in find_runs(path).values()]
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
@@ -209,4 +234,4 @@ def report_runs(paths: list[str], out: str | None = None) -> Report:
     models = sorted({r.model for r in runs})
     shown = models if len(models) <= 5 else [*models[:4], f"and {len(models) - 4} more"]
     title = f"layerprobe report: {', '.join(shown)}"
-    return write_report(runs, folder, title)
+    return write_report(runs, folder, title, overwrite)

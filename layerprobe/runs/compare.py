@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
-from layerprobe.errors import ConfigError, RunError, article
+from layerprobe.errors import ConfigError, RunError, article, check_path
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
@@ -75,10 +75,10 @@ def parse_tolerances(pairs: list[str] | None, project: dict | None = None) -> di
     tolerance = dict(DEFAULT_TOLERANCE)
     items = list((project or {}).items()) + [_split(p) for p in pairs or []]
     for key, value in items:
-        if key not in DEFAULT_TOLERANCE:
+        if not isinstance(key, str) or key not in DEFAULT_TOLERANCE:
             raise ConfigError(f"Unknown tolerance '{key}': use {', '.join(DEFAULT_TOLERANCE)} (e.g. --tolerance angular=0.05).")
         try:
-            number = float(value)
+            number = float(value) if not isinstance(value, bool) else math.nan
         except (TypeError, ValueError):
             raise ConfigError(f"Tolerance {key}={value!r} is not a number.") from None
         if not number >= 0 or math.isinf(number):
@@ -94,9 +94,16 @@ def _split(pair: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def compare_folders(baseline: str, new: str, tolerance: dict[str, float]) -> Comparison:
-    """Compare two runs, or two folders of runs paired by their relative paths."""
-    old_runs, new_runs = find_runs(baseline, finite=False), find_runs(new, finite=False)  # NaN: a failed check
+def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None = None) -> Comparison:
+    """Compare two runs, or two folders of runs paired by their relative paths. tolerance: {key: value} for some of
+    DEFAULT_TOLERANCE's keys (the others keep their default), checked as --tolerance KEY=VALUE is."""
+    check_path(baseline, "compare's baseline")
+    check_path(new, "compare's new run")
+    if tolerance is not None and not isinstance(tolerance, dict):
+        raise ConfigError(f"compare's tolerance must be a dict such as {{'angular': 0.05}}, got "
+                          f"{type(tolerance).__name__} {repr(tolerance)[:40]}: pass a dict (or None for the defaults).")
+    tolerance = parse_tolerances(None, tolerance)  # the CLI's checks: known keys, finite numbers >= 0
+    old_runs, new_runs = find_runs(baseline), find_runs(new)  # a NaN always-measured number: unusable, as for report
     if set(old_runs) != set(new_runs):
         if len(old_runs) == 1 and len(new_runs) == 1:
             old_runs, new_runs = {"": next(iter(old_runs.values()))}, {"": next(iter(new_runs.values()))}
@@ -306,6 +313,14 @@ def _metric_table(result: Comparison) -> list[tuple[str, int, int, float]]:
     for check in result.checks:
         groups.setdefault(f"{check.run + ': ' if check.run else ''}{check.metric}", []).append(check)
     return [(k, len(v), sum(c.failed for c in v), max(abs(c.delta) for c in v)) for k, v in groups.items()]
+
+
+def is_verdict(head: str) -> bool:
+    """A file `compare --out` wrote, in any --format, by its first 4 kB: a later compare may replace it."""
+    text = head.lstrip()
+    if text.startswith(("layerprobe compare ", "### layerprobe compare ")) or '<testsuite name="layerprobe compare"' in head:
+        return True
+    return text.startswith('{\n  "baseline": ') and '"exit_code": ' in head
 
 
 def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:

@@ -129,6 +129,23 @@ def _lock_record(lock: Path) -> tuple[str | None, set[str]]:
     return command, files
 
 
+def _older_run_agrees(folder: Path, manifest: dict) -> bool:
+    """A manifest.json without "files" (written before layerprobe listed them, as the committed reports/ runs) is a
+    record only when it is one: a layerprobe manifest (version, start time) beside a summary.json of the same
+    command that agrees with it on every value both hold (model, weights, tokens, ...), at least one besides the
+    command."""
+    if not {"layerprobe_version", "started"} <= set(manifest):
+        return False
+    try:
+        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    if not isinstance(summary, dict):
+        return False
+    shared = [k for k, v in manifest.items() if k in summary and not isinstance(v, (dict, list))]
+    return "command" in shared and len(shared) >= 2 and all(manifest[k] == summary[k] for k in shared)
+
+
 def written_by(folder: Path) -> tuple[str | None, set[str] | None]:
     """(the command that wrote a run folder, the files it wrote) from its lock (a running or unfinished run: the
     lock names both) and its manifest.json (a finished run: "command" and "files"). Files None: not recorded (an
@@ -142,6 +159,8 @@ def written_by(folder: Path) -> tuple[str | None, set[str] | None]:
     if isinstance(data, dict) and isinstance(data.get("command"), str):
         command, listed = data["command"], data.get("files")
         files = {str(f) for f in listed} | {"manifest.json"} if isinstance(listed, list) else None
+        if files is None and not _older_run_agrees(folder, data):
+            command = None  # a manifest.json anyone could write ({"command": "angular"}): not a record
     if (folder / LOCK).is_file():
         locked, named = _lock_record(folder / LOCK)
         if locked is None:
@@ -167,9 +186,11 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
     if not present and flag != "--resume":
         return
     if made is None:
-        what = f"'{present[0]}'" if present else "nothing"
-        raise RunError(f"{flag}: '{folder}' is not a layerprobe {command} run (no manifest.json or lock of one; it "
-                       f"holds {what}): layerprobe never replaces files it did not write; pass another --out.")
+        what = next((f"'{n}'" for n in present if n != "manifest.json"), f"'{present[0]}'" if present else "nothing")
+        record = ("its manifest.json lists no files and no summary.json of the same run agrees with it" if
+                  "manifest.json" in present else "no manifest.json or lock of one")
+        raise RunError(f"{flag}: '{folder}' is not a layerprobe {command} run ({record}; it holds {what}): "
+                       "layerprobe never replaces files it did not write; pass another --out.")
     if made and made != command:
         raise RunError(f"{flag}: '{folder}' holds {article(made)} {made} run, not {article(command)} {command} run: "
                        f"pass the --out of {article(command)} {command} run, or another --out.")
@@ -178,6 +199,25 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise RunError(f"{flag}: '{folder}' holds '{foreign[0]}'{more}, which layerprobe did not write: move it away "
                        "or pass another --out; layerprobe never replaces files it did not write.")
+
+
+def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
+    """A file layerprobe writes at a path the user chose (report.html, compare --out): one already there is replaced
+    only when it is layerprobe's (is_ours(its first 4 kB of text): the signature each writer puts in, or named by the
+    record of the run folder holding it), or with --overwrite. Anything else is one line naming the file."""
+    if overwrite or not (path.exists() or path.is_symlink()):
+        return
+    if path.is_dir():
+        raise RunError(f"{option}: '{path}' is a folder, not a file: pass a file path.")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace")
+    except OSError:
+        head = ""
+    if is_ours(head) or path.name in (written_by(path.parent)[1] or ()):
+        return
+    raise RunError(f"'{path}' is already there and layerprobe did not write it: move it away, pass another {option}, "
+                   "or pass --overwrite to replace it.")
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError, first_line
+from layerprobe.errors import RunError, check_path, first_line
 from layerprobe.runs.columns import TABLES
 from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
@@ -58,8 +58,8 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
     cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows and the
     columns its rows are keyed and always measured by, no row key
-    twice, and (with `finite`) no NaN where a number is always measured. `compare` reads with finite off: a NaN
-    there is a failed check naming its entry, not an unreadable run."""
+    twice, and (with `finite`) no NaN or infinity where a number is always measured: such a run is unusable, for
+    report, compare (exit 2, never a REGRESSION verdict on it) and every command reading it alike."""
     with open(csv, "rb") as handle:
         handle.seek(max(csv.stat().st_size - 1, 0))
         last = handle.read(1)
@@ -72,6 +72,7 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
                if c not in table.columns]
     if missing:  # a row key or an always-measured number: what readers index by
         raise RunError(f"'{csv}' lacks the column '{missing[0]}': re-run the command, or restore the file.")
+    import numpy as np
     import pandas as pd
 
     for column in NUMERIC.get(csv.name, ()):
@@ -84,8 +85,11 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
         where = ", ".join(f"{k}={row[k]}" for k in keys)
         raise RunError(f"'{csv}' holds the row ({where}) twice: re-run the command, or restore the file.")
     for column in FINITE.get(csv.name, ()) if finite else ():
-        if column in table.columns and table[column].isna().any():
-            raise RunError(f"'{csv}' has an empty or NaN {column}: re-run the command, or restore the file.")
+        values = table[column] if column in table.columns else None
+        numeric = values is not None and pd.api.types.is_numeric_dtype(values)
+        if values is not None and (values.isna().any() or (numeric and (~np.isfinite(values.astype(float))).any())):
+            raise RunError(f"'{csv}' has an empty, infinite or NaN {column}: the run is unusable; re-run the command, "
+                           "or restore the file.")
 
 
 def is_run(folder: Path) -> bool:
@@ -97,6 +101,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     no NaN where a number is always measured)."""
     import pandas as pd
 
+    check_path(folder, "load_run's folder")
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")

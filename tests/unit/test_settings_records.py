@@ -90,7 +90,7 @@ def test_validation_names_the_option_the_source_and_the_fix():
         resolve(PruneConfig, {"model": {}, "data": {}}, {"dtype": "float23"}, environ={}, project_file="x.toml")
     with pytest.raises(ConfigError, match=r"--block must be positive, got 0\.$"):
         resolve(PruneConfig, {"block": 0}, {}, environ={})
-    with pytest.raises(ConfigError, match=r"LAYERPROBE_TOKENS 'many' is not a valid whole number: pass a positive value"):
+    with pytest.raises(ConfigError, match=r"LAYERPROBE_TOKENS 'many' is not a valid whole number: pass a value at least 2"):
         resolve(PruneConfig, {"model": {}, "data": {}}, {}, environ={"LAYERPROBE_TOKENS": "many"})
     with pytest.raises(ConfigError, match=r"--mix-alpha must be within \[0, 1\], got 1.5"):
         resolve(GradnormConfig, {"alpha": 1.5}, {}, environ={})

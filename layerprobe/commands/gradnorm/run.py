@@ -62,7 +62,7 @@ def _validate(config: GradnormConfig) -> list[int]:
     """Every check that needs no model or data; returns the steps to record at."""
     if config.seeds <= 0 or config.batches <= 0:
         raise ConfigError("--seeds and --batches must be positive integers.")
-    check_sizes(1, config.data.seq_len, config.data.batch_size)
+    check_sizes(None, config.data.seq_len, config.data.batch_size)
     if config.reinit and config.model is None:
         raise ConfigError("--reinit re-initializes a checkpoint from its config: pass MODEL too.")
     if config.reinit and config.model.device_map:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from layerprobe.config import HealConfig, TrainSettings
-from layerprobe.errors import NumericsError
+from layerprobe.errors import NumericsError, numerics_fix
 from layerprobe.evaluation.taskfree import finish, metric_sum
 from layerprobe.models.lora import load_optimizer_tensors, load_trained_tensors, optimizer_tensors, trained_tensors
 from layerprobe.models.training import lr_factor
@@ -133,16 +133,45 @@ def row(step: int, loss: float, lr: float, scores: tuple[float, float] | None) -
             "heldout_kl": scores[1] if scores else nan}
 
 
-def _diverged(what: str, step: int, config: HealConfig, rate: str) -> NumericsError:
-    return NumericsError(f"Healing diverged: {what} at step {step} with {rate} {config.lr:g}: lower {rate} (or "
-                         f"keep --clip on); nothing was written as healed.")
+SUSPECT_SCALE = 1e3  # a LoRA scale alpha / r past this, not the rate, makes an update diverge (defaults: 2)
+
+
+def _diverged(what: str, step: int, config: HealConfig, rate: str, start: Any = None) -> NumericsError:
+    """The setting that made `what` non-finite: --lora-alpha where it scales every update far beyond the usual;
+    the checkpoint (or --dtype) where `start` (the weights' dtype) says nothing trained has run into it yet (the
+    step-0 scores, the first loss: a LoRA update starts at zero); else the rate."""
+    scale = config.lora_alpha / config.lora_rank
+    if start is not None:
+        dtype = str(start).replace("torch.", "")
+        return NumericsError(f"Healing cannot start: {what} at step {step}, before any update, on the checkpoint "
+                             f"'{config.model.model}' at {dtype}: {numerics_fix(dtype)}; nothing was written as "
+                             "healed.")
+    if config.method == "lora" and scale > SUSPECT_SCALE:
+        cause = (f"--lora-alpha {config.lora_alpha:g} (each update is scaled by alpha / r = {scale:.3g})",
+                 "lower --lora-alpha (e.g. twice --lora-rank)")
+    else:
+        cause = (f"{rate} {config.lr:g}", f"lower {rate} (or keep --clip on)")
+    return NumericsError(f"Healing diverged: {what} at step {step} with {cause[0]}: {cause[1]}; nothing was written "
+                         "as healed.")
+
+
+def _check_step(config: HealConfig, step: int, rate: str, dtype: Any, loss: float, norm: float | None) -> None:
+    """A non-finite loss, or gradient norm (clipping an infinite norm zeroes every gradient: nothing is learned,
+    silently), is an error naming its cause (_diverged). Step 1's loss comes before any update: the checkpoint's;
+    its gradient is the checkpoint's too, unless a suspect --lora-alpha scales it."""
+    first = step == 1 and not (config.method == "lora" and config.lora_alpha / config.lora_rank > SUSPECT_SCALE)
+    if not math.isfinite(loss):
+        raise _diverged(f"the training loss is {loss}", step, config, rate, dtype if step == 1 else None)
+    if norm is not None and not math.isfinite(norm):
+        raise _diverged(f"the gradient norm is {norm}", step, config, rate, dtype if first else None)
 
 
 def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCheckpoint, progress: Progress,
               on_save: Callable[[list], None], rate: str = "--lr") -> Healing:
     """Train config.steps AdamW steps (resuming from the last save), scoring the held-out text at step 0, every
-    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, held-out score or adapter
-    weight is a NumericsError naming `rate`, the setting that made it diverge."""
+    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, gradient norm, held-out
+    score or adapter weight is a NumericsError naming what made it (_diverged): the checkpoint before any update,
+    --lora-alpha, or `rate` (--lr, --heal-lr)."""
     import torch
 
     params = [p for p in models.student.parameters() if p.requires_grad]
@@ -151,8 +180,12 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
     healing = (_restore(checkpoint, models, optimizer) if config.resume else None) or Healing()
     clock = time.perf_counter() - healing.seconds
     models.student.train()
+    dtype = params[0].dtype if params else None
     if healing.step == 0 and not healing.rows:
-        healing.rows.append(row(0, float("nan"), 0.0, heldout_scores(models, data)))
+        scores = heldout_scores(models, data)
+        if not all(math.isfinite(v) for v in scores):
+            raise _diverged(f"the held-out ppl, kl are {scores[0]:g}, {scores[1]:g}", 0, config, rate, dtype)
+        healing.rows.append(row(0, float("nan"), 0.0, scores))
     progress("heal steps", healing.step, config.steps)
     while healing.step < config.steps:
         step = healing.step + 1
@@ -163,11 +196,10 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
         optimizer.zero_grad(set_to_none=True)
         loss = step_loss(models, ids, config.objective)
         value = float(loss.detach())
-        if not math.isfinite(value):
-            raise _diverged(f"the training loss is {value}", step, config, rate)
+        _check_step(config, step, rate, dtype, value, None)
         loss.backward()
-        if config.clip:
-            torch.nn.utils.clip_grad_norm_(params, config.clip)
+        norm = torch.nn.utils.clip_grad_norm_(params, config.clip or math.inf)  # the total norm, before clipping
+        _check_step(config, step, rate, dtype, value, float(norm))
         optimizer.step()
         scores = heldout_scores(models, data) if step % config.eval_every == 0 or step == config.steps else None
         if scores is not None and not all(math.isfinite(v) for v in scores):

@@ -4,6 +4,7 @@ Runs are fitted in order, each on the activations of the model with the earlier 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,5 +126,11 @@ def paired_scores(teacher: Any, student: Any, repaired: Repair, heldout: list, d
     finally:
         _use(repaired.folded)
     value = {key: finish(key.split()[1], *slot) for key, slot in sums.items()}
+    bad = [key for key, number in value.items() if not math.isfinite(number)]
+    if bad:  # never a merged/ scored NaN
+        fix = ("the folded maps make it: raise --ridge (e.g. 1e-3)" if all(k.startswith("after") for k in bad) else
+               "the checkpoint's outputs make it, before any map: run with --dtype float32 or check the checkpoint")
+        raise NumericsError(f"The held-out {', '.join(bad)} is NaN or infinite; {fix}; nothing was written as "
+                            "repaired.")
     return {"before": (value["before ppl"], value["before kl"]), "after": (value["after ppl"], value["after kl"]),
             "unpruned": value["unpruned ppl"]}

@@ -42,16 +42,28 @@ from layerprobe.runs.write import RunResult, write_run
 from layerprobe.settings import takes
 
 
+def _no_record(spec: str | None) -> str:
+    """Why MODEL says nothing about what to remove (heal's message when no removal is given)."""
+    path = Path(spec) if spec else None
+    if path is not None and path.is_dir():
+        return f"'{spec}' is a model folder, not an export (it holds no {REMOVAL_FILE})"
+    if path is not None:
+        return f"'{spec}' is no folder here (an export is a folder holding {REMOVAL_FILE})"
+    return "no MODEL was given"
+
+
 def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
     """(model to load, the blocks to remove as text or ids, the exported record when MODEL is an export)."""
     spec = config.model.model
     exported = Path(spec) / REMOVAL_FILE if spec else None
     given = [n for n, v in (("--remove", config.remove), ("--from-curve", config.from_curve),
                             ("an exported MODEL", exported and exported.is_file())) if v]
+    if not given:
+        raise ConfigError(f"heal needs the blocks to remove, and {_no_record(spec)}: pass --remove 20-27, "
+                          "--from-curve RUN, or an exported folder as MODEL.")
     if len(given) != 1:
-        what = " and ".join(given) if given else "nothing"
         raise ConfigError(f"heal takes one of --remove 20-27, --from-curve RUN or an exported folder as MODEL "
-                          f"(got {what}): pass exactly one.")
+                          f"(got {' and '.join(given)}): pass exactly one.")
     if config.from_curve:
         model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
         if part != "block":
@@ -188,7 +200,8 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
     ids = _check_source(config, record, probe.loaded, len(probe.stack))
     if ids is None:
-        ids = parse_remove(remove if isinstance(remove, str) else ",".join(map(str, remove)), len(probe.stack))
+        ids = parse_remove(remove if isinstance(remove, str) else ",".join(map(str, remove)), len(probe.stack),
+                           config.from_curve, config.strategy)
     replacing = config.method in REPLACEMENTS
     if replacing:
         fold_targets(probe.model, probe.stack, ids)  # an inexact fold is refused before anything is written

@@ -16,8 +16,8 @@ from layerprobe.commands.heal.replace import repair
 from layerprobe.commands.heal.run import load_data
 from layerprobe.commands.heal.tail import tail_only_trainable
 from layerprobe.config import REPLACEMENTS, HealConfig, PruneConfig
-from layerprobe.errors import ArchitectureError, ConfigError
-from layerprobe.evaluation.variants import Variant
+from layerprobe.errors import ArchitectureError, ConfigError, NumericsError
+from layerprobe.evaluation.variants import Variant, ranges_label
 from layerprobe.models.layers import find_blocks
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
@@ -69,7 +69,11 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
                settings.cosine_lr, probe.device, lambda *a: None)
         with removed_layers(student, ids, stack):
             ppl, kl = heldout_scores(Models(student, probe.model, probe.device), data)
-        return float(ppl if metric == "ppl" else kl)
+        value = float(ppl if metric == "ppl" else kl)
+        if not math.isfinite(value):  # never a healed curve point scored NaN
+            raise NumericsError(f"--heal {settings.method}: the repaired set {ranges_label(ids)} scores a NaN or "
+                                f"infinite {metric}: run with --dtype float32, or repair that set with `layerprobe heal --ridge 1e-3`.")
+        return value
     with removed_layers(student, ids, stack) as short:
         if settings.method == "lora":
             trained = with_lora(student, lora_targets(student, short, ()), settings.lora_rank, settings.lora_alpha,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.prune.outputs import write_prune_outputs
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
-from layerprobe.errors import ConfigError, RunError, article
+from layerprobe.errors import ConfigError, RunError, article, check_path
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.read import load_run
 from layerprobe.settings import identity
@@ -94,8 +95,18 @@ def default_out(first: Path) -> Path:
 def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = False,
                  formats: tuple[str, ...] | None = None):
     """One prune run folder from its shards: the same prune.csv, plot and summary as an unsharded sweep."""
+    if isinstance(folders, (str, os.PathLike)):
+        raise ConfigError(f"merge takes a list of shard folders, got one path '{folders}': pass [the folder of every "
+                          "`prune --shard K/N` run].")
+    if not isinstance(folders, (list, tuple)):
+        raise ConfigError(f"merge takes a list of shard folders, got {type(folders).__name__} {repr(folders)[:40]}: "
+                          "pass [the folder of every `prune --shard K/N` run].")
     if not folders:
         raise ConfigError("No run folders given: pass the folders of every `prune --shard K/N` run.")
+    for folder in folders:
+        check_path(folder, "merge's shard folder")
+    if out is not None:
+        check_path(out, "merge's --out")
     runs = [load_run(f) for f in folders]
     count = _check_slices(runs)
     runs.sort(key=lambda r: r.summary["shard"]["index"])

@@ -4,6 +4,7 @@ says what the run's facts are."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None, records=Non
     if baseline is None:
         select(None)
         baseline = evaluate(subject)
+        _check_scores(baseline, None, job.probe.loaded)
         ledger.add_records(UNPRUNED, records())
         ledger.save_state(baseline=baseline)
     baseline = {k: tuple(v) for k, v in baseline.items()}
@@ -72,22 +74,32 @@ def evaluate_variants(evaluate, subject, job: SweepJob, select=None, records=Non
         select(variant.label)
         with removed(job.probe.model, variant.removed, job.config.part, job.probe.stack):
             pruned = evaluate(subject)
+        _check_scores(pruned, variant.label, job.probe.loaded)  # before it is saved: a NaN is never ranked
         ledger.add_records(variant.label, records())
         ledger.add(rows_for(variant, baseline, pruned))
     progress("variants", len(variants), len(variants))
     return baseline
 
 
-def _check_finite(sums: Sums, metric: str, batch: int, dtype: str) -> None:
-    import math
+def _check_scores(scores: dict, label: str | None, loaded: Any) -> None:
+    """Every score of an evaluation (lm-eval, SQuAD) is a finite number: else one line naming the checkpoint."""
+    bad = sorted(name for name, (value, _) in scores.items()
+                 if isinstance(value, (int, float)) and not math.isfinite(value))
+    if bad:
+        who = "the unpruned model" if label is None else f"the model without layer(s) {label}"
+        raise NumericsError(f"'{loaded.spec}' scores a NaN or infinite {', '.join(bad)} as {who} at "
+                            f"{loaded.dtype}: {numerics_fix(loaded.dtype)}.")
 
+
+def _check_finite(sums: Sums, metric: str, batch: int, loaded: Any) -> None:
+    dtype = loaded.dtype
     if not math.isfinite(sums.baseline[0]):
-        raise NumericsError(f"The unpruned model's {metric} is NaN or infinite in batch {batch} at {dtype}: "
-                            f"{numerics_fix(dtype)}.")
+        raise NumericsError(f"The unpruned model '{loaded.spec}' gives a NaN or infinite {metric} in batch {batch} "
+                            f"at {dtype}: {numerics_fix(dtype)}.")
     bad = next((label for label, (total, _) in sums.variants.items() if not math.isfinite(total)), None)
     if bad is not None:
-        raise NumericsError(f"Removing layer(s) {bad} gives a NaN or infinite {metric} in batch {batch} at {dtype}: "
-                            f"{numerics_fix(dtype)}.")
+        raise NumericsError(f"Removing layer(s) {bad} of '{loaded.spec}' gives a NaN or infinite {metric} in batch "
+                            f"{batch} at {dtype}: {numerics_fix(dtype)}.")
 
 
 class TaskfreeSweep:
@@ -126,7 +138,7 @@ class TaskfreeSweep:
                 job.progress("tokens", before + size * scored // (len(job.variants) + 1), total)
 
             score(probe.model, probe.stack, metric, job.variants, ids, mask, sums, config.part, tick)
-            _check_finite(sums, metric, index, probe.loaded.dtype)  # before saving: finished batches stay valid
+            _check_finite(sums, metric, index, probe.loaded)  # before saving: finished batches stay valid
             sums.batches += 1
             tokens += batch.tokens
             ledger.save_state(sums=sums.__dict__, tokens=tokens)
