@@ -203,7 +203,7 @@ def test_a_diverging_rate_is_an_error_naming_it(args, flag, model_dirs, tmp_path
 def test_a_non_finite_healing_step_names_its_cause():
     """Every place heal_loop stops, and the setting each names: the checkpoint before any update (step-0 scores,
     the first loss), --lora-alpha where it scales the update far past the usual, else the rate."""
-    from layerprobe.commands.heal.loop import _check_step, _diverged
+    from layerprobe.repair.loop import _check_step, _diverged
     from layerprobe.config import HealConfig
     from layerprobe.errors import NumericsError
 
@@ -237,7 +237,7 @@ def test_a_non_finite_repair_score_is_an_error():
     (the maps: --ridge; the checkpoint before any map: --dtype float32), never a merged/ scored NaN."""
     import torch
 
-    from layerprobe.commands.heal.replace import paired_scores
+    from layerprobe.repair.replace import paired_scores
     from layerprobe.errors import NumericsError
 
     ids = torch.tensor([[1, 2, 3, 4]])
@@ -503,7 +503,7 @@ def test_heal_says_why_it_has_nothing_to_remove(model_dirs, tmp_path):
 def test_a_curves_blocks_outside_the_model_name_the_curve_not_remove():
     """--from-curve whose chosen blocks the model lacks (block 17 of 4): the message names the curve run and its
     curve.csv, never --remove that was not given; --remove keeps its own message."""
-    from layerprobe.commands.export import parse_remove
+    from layerprobe.removal import parse_remove
 
     for removed, needle in (("17", "is 17, and the model it is applied to has 4 blocks (0..3)"),
                             ("0-3", "keeping none"), ("x3", "item 'x3'")):
@@ -545,7 +545,7 @@ def test_a_damaged_or_foreign_removal_record_is_one_line(exported, damage, needl
 def test_a_removal_record_that_disagrees_with_itself_is_refused():
     """Each key heal could re-prune the source by, edited apart from the others: one line naming the file and both
     keys (never a heal of other blocks than the export removed)."""
-    from layerprobe.commands.export import check_record_ids
+    from layerprobe.removal import check_record_ids
     from layerprobe.errors import RunError
 
     path = Path("export/layerprobe-removal.json")

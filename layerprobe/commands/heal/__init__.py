@@ -1,1 +1,2 @@
-"""`layerprobe heal`: LoRA healing after removal (run.py: the command; loop.py: training; outputs.py: the folder)."""
+"""`layerprobe heal`: repair after removal (run.py: the command; outputs.py: the folder; the repairs themselves live
+in layerprobe/repair/)."""

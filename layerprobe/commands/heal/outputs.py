@@ -9,14 +9,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable
 
-from layerprobe.commands.export import REMOVAL_FILE, removal_record, verify_reload
-from layerprobe.commands.gain import measure_gain
-from layerprobe.commands.heal.loop import Healing, Models, unpruned_ppl
 from layerprobe.config import ExportConfig, HealConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
+from layerprobe.models.gain import measure_gain
 from layerprobe.progress import Progress
+from layerprobe.removal import REMOVAL_FILE, removal_record, verify_reload
+from layerprobe.repair.loop import Healing, Models, unpruned_ppl
 from layerprobe.runs.columns import HEAL, names
 from layerprobe.runs.folder import FILE_MODE, atomic_write_bytes, atomic_write_text, note_written, run_files
 
@@ -58,7 +58,7 @@ def _publish(target: Path, write: Callable[[Path], None]) -> None:
 
 
 def _gain(config: HealConfig, probe: Any, ids: list[int]) -> dict | None:
-    """export's gain (commands/gain.py) on the unpruned model with the same blocks removed, at export's defaults."""
+    """export's gain (models/gain.py) on the unpruned model with the same blocks removed, at export's defaults."""
     import torch
 
     if not config.gain:
@@ -114,7 +114,8 @@ def save_merged(folder: Path, config: HealConfig, probe: Any, merged: Any, data:
     difference = verify_reload(folder / MERGED, want, head_class, batch, next(merged.parameters()).dtype)
     progress("heal outputs", 2, 3)
     gain = _gain(config, probe, ids)
-    removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config, difference, gain)
+    removal = removal_record(probe.loaded, probe.stack, ids, "block", [], config.from_curve, config.strategy,
+                             difference, gain)
     removal["files"] = sorted({*run_files(folder / MERGED), REMOVAL_FILE})  # what an export --overwrite may replace
     atomic_write_text(folder / MERGED / REMOVAL_FILE, json.dumps({**removal, "healing": healed}, indent=2) + "\n")
     progress("heal outputs", 3, 3)

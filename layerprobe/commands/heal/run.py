@@ -18,22 +18,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands.export import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove,
-                                       read_removal, recorded_weights)
-from layerprobe.commands.heal.loop import Data, Models, heal_loop, row
 from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
                                               trained_details, write_transforms)
-from layerprobe.commands.heal.replace import fold_targets, paired_scores, repair
-from layerprobe.commands.heal.tail import tail_only_trainable
 from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import HEAL_METHODS, REPLACEMENTS, HealConfig
-from layerprobe.data.packing import batches, empty_corpus_error, packed_sequences
-from layerprobe.errors import ConfigError, DatasetError
+from layerprobe.errors import ConfigError
 from layerprobe.models.layers import find_blocks, is_encoder
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.plots.heal import heal_plot
 from layerprobe.progress import Progress, silent
+from layerprobe.removal import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove, read_removal,
+                                recorded_weights)
+from layerprobe.repair.data import load_data
+from layerprobe.repair.loop import Data, Models, heal_loop, row
+from layerprobe.repair.replace import fold_targets, paired_scores, repair
+from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.runs.columns import REPLACE, names
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug, write_csv
 from layerprobe.runs.manifest import start_time
@@ -93,29 +93,6 @@ def _check_source(config: HealConfig, record: dict | None, loaded: Any, num_laye
     check_weights(record.get("weights") if isinstance(record.get("weights"), str) else None, loaded, f"'{path}'",
                   config.allow_other_weights)
     return check_record_ids(record, path, num_layers)
-
-
-def load_data(config: HealConfig, probe: Any, train_tokens: int | None = None) -> Data:
-    """Held-out batches (the first --tokens), then steps x batch-size full training sequences after them (or
-    `train_tokens` positions, in whole batches)."""
-    import torch
-
-    data, seq_len = config.data, probe.seq_len
-    heldout = list(batches(probe.corpus.texts(), probe.tokenizer, seq_len, data.batch_size, data.tokens))
-    if not heldout:
-        raise empty_corpus_error(probe.corpus.spec)
-    skip = sum(b.input_ids.shape[0] for b in heldout)  # a partial last sequence is skipped whole: disjoint
-    per_batch = data.batch_size * seq_len
-    wanted = -(-train_tokens // per_batch) * per_batch if train_tokens else config.steps * per_batch
-    rows = [s for s in packed_sequences(probe.corpus.texts(), probe.tokenizer, seq_len, skip * seq_len + wanted)][skip:]
-    rows = [r for r in rows if len(r) == seq_len]
-    full = len(rows) // data.batch_size * data.batch_size
-    if full == 0:
-        raise DatasetError(f"Dataset '{probe.corpus.spec}' has no text left after the {data.tokens} held-out "
-                           f"positions for one training batch of {data.batch_size} x {seq_len}: lower --tokens, "
-                           "--batch-size or --seq-len, or pass a larger --dataset.")
-    train = torch.tensor(rows[:full], dtype=torch.long).view(-1, data.batch_size, seq_len)
-    return Data(heldout, train, skip * seq_len)
 
 
 def _checks(config: HealConfig) -> None:

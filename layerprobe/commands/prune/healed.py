@@ -11,10 +11,6 @@ import copy
 import math
 from typing import Any
 
-from layerprobe.commands.heal.loop import Healing, Models, heal_loop, heldout_scores
-from layerprobe.commands.heal.replace import repair
-from layerprobe.commands.heal.run import load_data
-from layerprobe.commands.heal.tail import tail_only_trainable
 from layerprobe.config import REPLACEMENTS, HealConfig, PruneConfig
 from layerprobe.errors import ArchitectureError, ConfigError, NumericsError
 from layerprobe.evaluation.variants import Variant, ranges_label
@@ -22,6 +18,10 @@ from layerprobe.models.layers import find_blocks
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.progress import Progress
+from layerprobe.repair.data import load_data
+from layerprobe.repair.loop import Healing, Models, heal_loop, heldout_scores
+from layerprobe.repair.replace import repair
+from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.runs.resume import Ledger
 
 
