@@ -119,8 +119,8 @@ def product_setup(args):
     from layerprobe.distributed import current_world
     from layerprobe.runs.resume import PassCheckpoint
 
-    config = AngularConfig(model=ModelOptions(args.model, args.dtype, args.device),
-                           data=DataOptions(args.dataset, "text", args.tokens, args.seq_len, args.batch_size),
+    config = AngularConfig(model=ModelOptions(args.model, dtype=args.dtype, device=args.device),
+                           data=DataOptions(args.dataset, tokens=args.tokens, seq_len=args.seq_len, batch_size=args.batch_size),
                            lens_tokens=0)
     probe = open_probe(config.model, config.data, head="base")
     folder = Path(tempfile.mkdtemp(prefix="angular-bench-"))

@@ -98,8 +98,8 @@ def main() -> None:
         for name, flags in modes.items():
             config = PruneConfig(task="bench_mmlu", include_path=str(tmp / "tasks"), num_fewshot=5,
                                  limit=args.limit, out=str(tmp / name), **flags,
-                                 model=ModelOptions(str(tmp / "model"), "float32", "cpu"),
-                                 data=DataOptions("builtin", "text", 64, 32, args.batch_size))
+                                 model=ModelOptions(str(tmp / "model"), dtype="float32", device="cpu"),
+                                 data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=args.batch_size))
             start = time.perf_counter()
             run = run_prune(config)
             walls[name] = time.perf_counter() - start

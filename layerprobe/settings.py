@@ -40,6 +40,10 @@ class Mark:
     project: bool = False  # settable from [tool.layerprobe] (by the field's name) and LAYERPROBE_<NAME>
     parse: str | None = None  # how CLI text becomes the value: 'csv' (tuple of str), 'floats', 'size' (bytes)
     before: Any = None  # (value,): what runs saved before the setting existed did (their identity), if not the default
+    where: bool = False  # names where an input is read (a path, a hub id), not how it is measured: compare never
+    # reports it as a changed setting
+    given_of: str | None = None  # a bool resolve sets: whether the sibling field of this name was given (CLI,
+    # environment or project file) rather than left at its default
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -112,6 +116,11 @@ def _identity(cls: type, values: Mapping, prefix: str) -> dict[str, Any]:
         else:
             found[prefix + f.name] = _plain(value)
     return found
+
+
+def where_paths(cls: type) -> tuple[str, ...]:
+    """The dotted names of the settings that say where an input is read (Mark.where), not how it is measured."""
+    return tuple(path for path, f, _ in walk(cls) if mark_of(f) is not None and mark_of(f).where)
 
 
 # ---- resolve: CLI > environment > project > default -------------------------------------------------------------
@@ -231,6 +240,10 @@ def _resolve(cls: type, given: Mapping, project: Mapping, base: Any, environ: Ma
         else:
             value = default
         values[f.name] = value
+    for f in fields(cls):  # whether a sibling was given, where a field asks (DataOptions.seq_len_given)
+        mark = mark_of(f)
+        if mark is not None and mark.given_of is not None:
+            values[f.name] = prefix + mark.given_of in sources
     return cls(**values)
 
 

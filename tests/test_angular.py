@@ -49,7 +49,7 @@ def naive_reference(folder, final_norm, corpus, tokens, seq_len, batch_size, las
 def config_for(folder, tmp_path, corpus, tokens=300, seq_len=48, batch_size=3, positions="all"):
     return AngularConfig(
         model=ModelOptions(str(folder), dtype="float32", device="cpu"),
-        data=DataOptions(str(corpus), "text", tokens, seq_len, batch_size),
+        data=DataOptions(str(corpus), tokens=tokens, seq_len=seq_len, batch_size=batch_size),
         positions=positions,
         out=str(tmp_path / "run"),
     )

@@ -18,8 +18,8 @@ def test_the_api_measures_and_reads_back(model_dirs, corpus_file, tmp_path):
     from tests.helpers import hf_next_distances
 
     folder = model_dirs["llama"]
-    config = AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
-                           data=DataOptions(str(corpus_file), "text", 128, 32, 2), out=str(tmp_path / "run"),
+    config = AngularConfig(model=ModelOptions(str(folder), dtype="float32", device="cpu"),
+                           data=DataOptions(str(corpus_file), tokens=128, seq_len=32, batch_size=2), out=str(tmp_path / "run"),
                            lens_tokens=0)
     run = angular(config)
     assert run.folder == tmp_path / "run" and set(run.tables) == {"angular", "layers"}
@@ -54,7 +54,7 @@ def test_no_hook_outlives_the_command_that_loaded_the_model(tokenizer, corpus_fi
     assert len(scoped._live) == 1 and loaded.model._forward_pre_hooks  # a bare load keeps it: the caller's model
     scoped.release()
     assert not loaded.model._forward_pre_hooks
-    angular(AngularConfig(model=ModelOptions(str(tmp_path / "t5"), "float32", "cpu", stack="encoder"),
-                          data=DataOptions(str(corpus_file), "text", 64, 16, 2), out=str(tmp_path / "run"),
+    angular(AngularConfig(model=ModelOptions(str(tmp_path / "t5"), dtype="float32", device="cpu", stack="encoder"),
+                          data=DataOptions(str(corpus_file), tokens=64, seq_len=16, batch_size=2), out=str(tmp_path / "run"),
                           lens_tokens=0))
     assert scoped._live == []

@@ -32,8 +32,8 @@ def test_two_processes_equal_one(positions, model_dirs, corpus_file, tmp_path):
             "--device", "cpu", "--positions", positions, "--out", tmp_path / "dp"]
     result = torchrun(args, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    single = run_angular(AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
-                                       data=DataOptions(str(corpus_file), "text", 1000, 48, 3), positions=positions,
+    single = run_angular(AngularConfig(model=ModelOptions(str(folder), dtype="float32", device="cpu"),
+                                       data=DataOptions(str(corpus_file), tokens=1000, seq_len=48, batch_size=3), positions=positions,
                                        out=str(tmp_path / "one")))
     for name in ("angular.csv", "layers.csv"):
         a, b = pd.read_csv(tmp_path / "dp" / name), pd.read_csv(single.folder / name)
@@ -51,8 +51,8 @@ def test_one_launched_process_runs_the_collectives(model_dirs, corpus_file, tmp_
             "--device", "cpu", "--out", tmp_path / "one-proc"]
     result = torchrun(args, tmp_path, procs=1)
     assert result.returncode == 0, result.stdout + result.stderr
-    single = run_angular(AngularConfig(model=ModelOptions(str(folder), "float32", "cpu"),
-                                       data=DataOptions(str(corpus_file), "text", 500, 48, 3), out=str(tmp_path / "plain")))
+    single = run_angular(AngularConfig(model=ModelOptions(str(folder), dtype="float32", device="cpu"),
+                                       data=DataOptions(str(corpus_file), tokens=500, seq_len=48, batch_size=3), out=str(tmp_path / "plain")))
     launched = pd.read_csv(tmp_path / "one-proc" / "angular.csv")
     pd.testing.assert_frame_equal(launched, pd.read_csv(single.folder / "angular.csv"), check_exact=False, rtol=1e-12)
 
@@ -82,7 +82,7 @@ def test_gradnorm_jobs_split_over_two_processes(tmp_path):
     result = torchrun(["gradnorm", *common, "--out", tmp_path / "dp"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     single = run_gradnorm(GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",
-                                         data=DataOptions("builtin", "text", 0, 32, 2), out=str(tmp_path / "one")))
+                                         data=DataOptions("builtin", tokens=0, seq_len=32, batch_size=2), out=str(tmp_path / "one")))
     for name in ("gradnorm.csv", "variance.csv", "gradnorm_samples.csv"):
         a, b = pd.read_csv(tmp_path / "dp" / name), pd.read_csv(single.folder / name)
         pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-5, atol=1e-9)  # same rows, same order
@@ -93,7 +93,7 @@ def test_gradnorm_jobs_split_over_two_processes(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_gradnorm(GradnormConfig(arch="tiny", norms=("pre", "post"), seeds=2, batches=2, device="cpu",
-                                    data=DataOptions("builtin", "text", 0, 32, 2), out=str(tmp_path / "cut")),
+                                    data=DataOptions("builtin", tokens=0, seq_len=32, batch_size=2), out=str(tmp_path / "cut")),
                      ctrl_c_in_job_3)
     result = torchrun(["gradnorm", *common, "--out", tmp_path / "cut", "--resume"], tmp_path)
     text = " ".join((result.stdout + result.stderr).split())
@@ -116,8 +116,8 @@ def test_prune_under_torchrun_shards_and_merges(model_dirs, tmp_path):
             "--batch-size", 4, "--device", "cpu", "--out", tmp_path / "dp"]
     result = torchrun(args, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
-    single = run_prune(PruneConfig(task="ppl", model=ModelOptions(str(folder), "float32", "cpu"),
-                                   data=DataOptions("builtin", "text", 256, 32, 4), out=str(tmp_path / "one")))
+    single = run_prune(PruneConfig(task="ppl", model=ModelOptions(str(folder), dtype="float32", device="cpu"),
+                                   data=DataOptions("builtin", tokens=256, seq_len=32, batch_size=4), out=str(tmp_path / "one")))
     a, b = pd.read_csv(tmp_path / "dp" / "prune.csv"), pd.read_csv(single.folder / "prune.csv")
     pd.testing.assert_frame_equal(a, b, check_exact=False, rtol=1e-6)  # every layer, one row each, in order
     shards = [json.loads((tmp_path / f"dp-shard-{k}-of-2" / "summary.json").read_text())["shard"] for k in (1, 2)]

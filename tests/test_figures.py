@@ -100,8 +100,8 @@ def test_least_and_most_important_never_overlap(model_dirs, tmp_path):
     from layerprobe.commands.prune.run import run_prune
     from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 
-    run = run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                                data=DataOptions("builtin", "text", 128, 32, 4), out=str(tmp_path / "r")))
+    run = run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                                data=DataOptions("builtin", tokens=128, seq_len=32, batch_size=4), out=str(tmp_path / "r")))
     least, most = run.summary["least_important"], run.summary["most_important"]
     assert len(least) == len(most) == 2 and not set(least) & set(most)
 

@@ -23,8 +23,8 @@ TOKENS, SEQ, BATCH = 4096, 64, 4
 
 
 def angular_on(device, folder, corpus, out, dtype="float32"):
-    return run_angular(AngularConfig(model=ModelOptions(str(folder), dtype, device),
-                                     data=DataOptions(str(corpus), "text", TOKENS, SEQ, BATCH), out=str(out)))
+    return run_angular(AngularConfig(model=ModelOptions(str(folder), dtype=dtype, device=device),
+                                     data=DataOptions(str(corpus), tokens=TOKENS, seq_len=SEQ, batch_size=BATCH), out=str(out)))
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "bert"])
@@ -41,8 +41,8 @@ def test_angular_cuda_equals_cpu(arch, model_dirs, corpus_file, tmp_path):
 @pytest.mark.parametrize("task", ["ppl", "kl"])
 def test_prune_cuda_equals_cpu(task, model_dirs, corpus_file, tmp_path):
     def run(device):
-        return run_prune(PruneConfig(task=task, model=ModelOptions(str(model_dirs["llama"]), "float32", device),
-                                     data=DataOptions(str(corpus_file), "text", TOKENS, SEQ, BATCH),
+        return run_prune(PruneConfig(task=task, model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device=device),
+                                     data=DataOptions(str(corpus_file), tokens=TOKENS, seq_len=SEQ, batch_size=BATCH),
                                      out=str(tmp_path / device)))
 
     cpu, gpu = run("cpu"), run("cuda")
@@ -81,16 +81,16 @@ def test_quantize_4bit_angular_and_prune(model_dirs, corpus_file, tmp_path):
     assert loaded.quantization == {"method": "bitsandbytes", "bits": 4, "on_load": True}
     del loaded
     full = angular_on("cuda", model_dirs["llama"], corpus_file, tmp_path / "full")
-    quantized = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cuda",
+    quantized = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cuda",
                                                              quantize="4bit"),
-                                          data=DataOptions(str(corpus_file), "text", TOKENS, SEQ, BATCH),
+                                          data=DataOptions(str(corpus_file), tokens=TOKENS, seq_len=SEQ, batch_size=BATCH),
                                           out=str(tmp_path / "q")))
     assert quantized.summary["quantization"]["bits"] == 4
     np.testing.assert_allclose(quantized.angular["distance"], full.angular["distance"], atol=0.05)
     runs = []
     for shared in (True, False):
-        runs.append(run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), "float32", "cuda",
+        runs.append(run_prune(PruneConfig(task="kl", model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cuda",
                                                                          quantize="4bit"),
-                                          data=DataOptions(str(corpus_file), "text", 1024, SEQ, BATCH),
+                                          data=DataOptions(str(corpus_file), tokens=1024, seq_len=SEQ, batch_size=BATCH),
                                           shared_prefix=shared, out=str(tmp_path / f"p{shared}"))))
     np.testing.assert_allclose(runs[0].prune["pruned"], runs[1].prune["pruned"], rtol=1e-3, atol=1e-6)

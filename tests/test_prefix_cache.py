@@ -231,8 +231,8 @@ def test_resume_after_a_kill_mid_subject_equals_an_uninterrupted_run(models, two
 
     def config(out, **kw):
         return PruneConfig(task="two_mmlu", include_path=str(two_subjects), out=str(out), num_fewshot=5,
-                           limit=LIMIT, model=ModelOptions(str(models["gpt2"]), "float32", "cpu"),
-                           data=DataOptions("builtin", "text", 64, 32, 1), **kw)
+                           limit=LIMIT, model=ModelOptions(str(models["gpt2"]), dtype="float32", device="cpu"),
+                           data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=1), **kw)
 
     whole = run_prune(config(tmp_path / "whole"))
     per_subject = 4 * LIMIT  # requests

@@ -52,8 +52,8 @@ def snapshot(model, ids):
 @pytest.mark.parametrize("command", ["angular", "prune-kl", "prune-drift", "gradnorm"])
 def test_library_calls_restore_state(command, grad_mode, loaded_models, model_dirs, corpus_file, tmp_path):
     arch = "bert" if command == "prune-drift" else "llama"
-    model = ModelOptions(str(model_dirs[arch]), "float32", "cpu")
-    data = DataOptions(str(corpus_file), "text", 256, 32, 2)
+    model = ModelOptions(str(model_dirs[arch]), dtype="float32", device="cpu")
+    data = DataOptions(str(corpus_file), tokens=256, seq_len=32, batch_size=2)
     backend = matplotlib.get_backend()
     torch.set_grad_enabled(grad_mode)
     try:
@@ -62,8 +62,8 @@ def test_library_calls_restore_state(command, grad_mode, loaded_models, model_di
         elif command.startswith("prune"):
             run_prune(PruneConfig(task=command.split("-")[1], model=model, data=data, out=str(tmp_path / "p")))
         else:
-            run_gradnorm(GradnormConfig(model=model, seeds=1, batches=1, data=DataOptions(str(corpus_file), "text", 0,
-                                                                                            32, 2), out=str(tmp_path / "g")))
+            run_gradnorm(GradnormConfig(model=model, seeds=1, batches=1, data=DataOptions(str(corpus_file), tokens=0,
+                                                                                            seq_len=32, batch_size=2), out=str(tmp_path / "g")))
         assert torch.is_grad_enabled() == grad_mode
     finally:
         torch.set_grad_enabled(True)

@@ -15,8 +15,8 @@ from .helpers import assert_error, independent_pruned, invoke, reference_metric
 
 
 def config(folder, tmp_path, task, **kw):
-    data = DataOptions(kw.pop("dataset", "builtin"), "text", kw.pop("tokens", 256), kw.pop("seq_len", 32), 4)
-    return PruneConfig(task=task, model=ModelOptions(str(folder), "float32", "cpu"), data=data,
+    data = DataOptions(kw.pop("dataset", "builtin"), tokens=kw.pop("tokens", 256), seq_len=kw.pop("seq_len", 32), batch_size=4)
+    return PruneConfig(task=task, model=ModelOptions(str(folder), dtype="float32", device="cpu"), data=data,
                        out=str(tmp_path / kw.pop("name", "run")), **kw)
 
 

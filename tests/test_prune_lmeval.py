@@ -232,8 +232,8 @@ def test_a_sweep_resumed_after_the_baseline_shares_the_prefix_again(model_dirs, 
 
     def config(out, **kw):
         return PruneConfig(task="shot_mc", include_path=str(fewshot_dir), out=str(out), **kw,
-                           model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                           data=DataOptions("builtin", "text", 64, 32, 4))
+                           model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                           data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=4))
 
     whole = run_prune(config(tmp_path / "whole"))
 
@@ -268,8 +268,8 @@ def test_a_sweep_killed_inside_the_shared_pass_resumes_from_its_saved_requests(m
 
     def config(out, **kw):
         return PruneConfig(task="shot_mc", include_path=str(fewshot_dir), out=str(out), **kw,
-                           model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                           data=DataOptions("builtin", "text", 64, 32, 2))
+                           model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                           data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=2))
 
     seen = []
     whole = run_prune(config(tmp_path / "whole"), lambda *call: seen.append(call))

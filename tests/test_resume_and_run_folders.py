@@ -165,8 +165,8 @@ def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_fil
     from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
     def config(out, **kw):
-        return AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                             data=DataOptions(str(corpus_file), "text", 600, 32, 2), out=str(out), save_every=0, **kw)
+        return AngularConfig(model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                             data=DataOptions(str(corpus_file), tokens=600, seq_len=32, batch_size=2), out=str(out), save_every=0, **kw)
 
     whole = run_angular(config(tmp_path / "whole"))
 

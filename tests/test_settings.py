@@ -29,15 +29,15 @@ def finished_runs(model_dirs, corpus_file, tmp_path_factory):
     from layerprobe.commands.prune.run import run_prune
 
     root = tmp_path_factory.mktemp("resume")
-    model = ModelOptions(str(model_dirs["llama"]), "float32", "cpu")
-    data = DataOptions(str(corpus_file), "text", 256, 32, 2)
+    model = ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu")
+    data = DataOptions(str(corpus_file), tokens=256, seq_len=32, batch_size=2)
     configs = {
         "angular": (run_angular, AngularConfig(model=model, data=data, out=str(root / "a"), lens_tokens=16)),
         "prune": (run_prune, PruneConfig(task="kl", model=model, data=data, out=str(root / "p"))),
         "curve": (run_curve, PruneConfig(task="kl", model=model, data=data, out=str(root / "c"),
                                          curve=CurveSettings(max_removed=1))),
         "gradnorm": (run_gradnorm, GradnormConfig(model=model, device="cpu", dtype="float32", seeds=1, batches=1,
-                                                  data=DataOptions(str(corpus_file), "text", 0, 16, 2),
+                                                  data=DataOptions(str(corpus_file), tokens=0, seq_len=16, batch_size=2),
                                                   out=str(root / "g"))),
     }
     for run, config in configs.values():
@@ -115,8 +115,8 @@ def test_layers_csv_is_written_as_its_column_records_say(model_dirs, corpus_file
     from layerprobe.commands.angular import run_angular
     from layerprobe.runs.columns import LAYERS, names
 
-    run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), "float32", "cpu"),
-                                    data=DataOptions(str(corpus_file), "text", 128, 32, 2), out=str(tmp_path / "a"),
+    run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                                    data=DataOptions(str(corpus_file), tokens=128, seq_len=32, batch_size=2), out=str(tmp_path / "a"),
                                     lens_tokens=16))
     assert list(pd.read_csv(run.folder / "layers.csv").columns) == names(LAYERS)
     from layerprobe.report.tables import angular_table

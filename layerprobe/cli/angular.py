@@ -10,7 +10,7 @@ from layerprobe.cli.options import model_argument, with_settings
 from layerprobe.config import AngularConfig
 
 
-@with_settings(AngularConfig)
+@with_settings(AngularConfig, arguments={"model": "model.model"})
 def angular(
     model: str = model_argument("Default minilm, unless [tool.layerprobe] names one."),
     given: dict | None = None,
@@ -20,9 +20,7 @@ def angular(
     d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
     from layerprobe.commands.angular import run_angular
 
-    given["model"]["model"] = model
-    config, sources = resolve_settings(AngularConfig, given, out_name="angular")
-    config.data.seq_len_given = "data.seq_len" in sources
+    config, _ = resolve_settings(AngularConfig, given, out_name="angular")
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
     if run.folder is None:

@@ -9,7 +9,8 @@ from layerprobe.cli.options import model_argument, with_settings
 from layerprobe.config import ExportConfig, ModelOptions
 
 
-@with_settings(ExportConfig, skip=("model.device_map", "model.offload", "model.quantize"), required=("out",))
+@with_settings(ExportConfig, skip=("model.device_map", "model.offload", "model.quantize"), required=("out",),
+               arguments={"model": "model.model"})
 def export(
     model: str = model_argument("Default with --from-curve: the curve run's model."),
     given: dict | None = None,
@@ -18,7 +19,6 @@ def export(
     from layerprobe.cli.common import fail
     from layerprobe.commands.export import run_export
 
-    given["model"]["model"] = model
     base = ExportConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None  # the curve's model
     config, _ = resolve_settings(ExportConfig, given, base=base)
     if config.model.model is None and config.from_curve is None:

@@ -10,7 +10,8 @@ from layerprobe.cli.options import given_any, with_settings
 from layerprobe.config import GradnormConfig
 
 
-@with_settings(GradnormConfig, skip=("model.dtype", "model.device", "model.quantize", "data.tokens"))
+@with_settings(GradnormConfig, skip=("model.dtype", "model.device", "model.quantize", "data.tokens"),
+               arguments={"model": "model.model"})
 def gradnorm(
     model: str = typer.Argument(None, help="A checkpoint (as it is, or --reinit); default: the in-house family.",
                                 show_default=False),
@@ -29,12 +30,7 @@ def gradnorm(
             flags = ", ".join("--" + name.split(".")[-1].replace("_", "-") for name in stray)
             raise fail(f"{flags}: only with a checkpoint. Pass MODEL, or drop {flags} for the in-house family.")
         given = {**given, "model": None}
-    else:
-        given["model"] |= {"model": model}
-    config, sources = resolve_settings(GradnormConfig, given, out_name="gradnorm")
-    if config.model is not None:  # the checkpoint loads with the run's own dtype and device
-        config.model.dtype, config.model.device = config.dtype, config.device
-    config.data.seq_len_given = "data.seq_len" in sources
+    config, _ = resolve_settings(GradnormConfig, given, out_name="gradnorm")
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     if run.folder is None:

@@ -13,7 +13,7 @@ from layerprobe.config import HealConfig, ModelOptions
     "data.tokens": "Held-out token positions: the first of the corpus, scored before and after, never trained on "
                    "(default 8192).",
     "data.batch_size": "Sequences per training step (default 4).",
-    "data.seq_len": "Packed sequence length (default 256)."})
+    "data.seq_len": "Packed sequence length (default 256)."}, arguments={"model": "model.model"})
 def heal(
     model: str = model_argument("Also a folder `layerprobe export` wrote (its removal is healed); default with "
                                 "--from-curve: the curve run's model."),
@@ -28,10 +28,8 @@ def heal(
     from layerprobe.cli.export import show_gain
     from layerprobe.commands.heal.run import run_heal
 
-    given["model"]["model"] = model
     base = HealConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None
-    config, sources = resolve_settings(HealConfig, given, base=base)
-    config.data.seq_len_given = "data.seq_len" in sources
+    config, _ = resolve_settings(HealConfig, given, base=base)
     if config.model.model is None and config.from_curve is None:
         raise fail("No MODEL given: pass the model to heal (or --from-curve RUN, which names it).")
     with progress_bar() as progress:

@@ -73,10 +73,12 @@ def _is_group(owner: type, name: str) -> bool:
 
 
 def with_settings(cls: type, base: Any = None, skip: tuple[str, ...] = (), helps: dict[str, str] | None = None,
-                  required: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+                  required: tuple[str, ...] = (), arguments: dict[str, str] | None = None
+                  ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a Typer command the options of every setting of `cls` (nested groups included); the command receives
     what the user gave as `given`, nested like the settings ({"model": {"dtype": ...}, "task": ...}; None = not
-    given), ready for settings.resolve."""
+    given), ready for settings.resolve. `arguments`: the command's own parameters that are settings too (its MODEL
+    argument: {"model": "model.model"}), nested into `given` by their dotted name."""
     table = options_of(cls, base, skip, helps, required)
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -98,6 +100,8 @@ def with_settings(cls: type, base: Any = None, skip: tuple[str, ...] = (), helps
 
                         raise fail(str(exc)) from None
                 _nest(given, path, value)
+            for name, path in (arguments or {}).items():
+                _nest(given, path, kwargs.get(name))
             return command(**kwargs, given=given)
 
         generated = [p for params, *_ in table for p in params]

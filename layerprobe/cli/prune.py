@@ -15,7 +15,7 @@ from layerprobe.config import SQUAD_DATASET, CurveSettings, PruneConfig
 @with_settings(PruneConfig, base=PruneConfig(curve=CurveSettings()), skip=("task", "out"), helps={
     "data.dataset": "ppl/kl/drift: probe corpus (as in angular; default c4). squad: SQuAD .json/.jsonl or hub id "
                     "(default rajpurkar/squad).",
-    "data.tokens": "ppl/kl/drift: token positions (default 65536)."})
+    "data.tokens": "ppl/kl/drift: token positions (default 65536)."}, arguments={"model": "model.model"})
 def prune(
     model: str = model_argument("Default minilm, unless [tool.layerprobe] names one."),
     task: str = typer.Option(None, "--task", help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift."),
@@ -45,11 +45,9 @@ def prune(
     shard = call(shard_suffix, given.get("shard"))
     name = f"{'curve' if curve else 'prune'}-{task}{'' if part == 'block' else '-' + part}{shard}"
     given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None}
-    given["model"]["model"] = model
     if task == "squad" and given["data"]["dataset"] is None:
         given["data"]["dataset"] = SQUAD_DATASET
-    config, sources = resolve_settings(PruneConfig, given, out_name=name)
-    config.data.seq_len_given = "data.seq_len" in sources
+    config, _ = resolve_settings(PruneConfig, given, out_name=name)
     if curve:
         from layerprobe.commands.prune.curve import run_curve
 

@@ -53,14 +53,15 @@ class DemoRun:
 
 def _minilm(folder: Path, size: dict, stage) -> list:
     """The Post-LN half: the packaged all-MiniLM-L6-v2 (BERT), angular and a drift sweep."""
-    model = ModelOptions("minilm", "float32", "cpu")
-    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["angular_tokens"],
-                                                                       SEQ_LEN, BATCH),
+    model = ModelOptions("minilm", dtype="float32", device="cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", tokens=size["angular_tokens"],
+                                                                       seq_len=SEQ_LEN, batch_size=BATCH),
                                         out=str(folder / "angular"), overwrite=True,
                                         lens_tokens=512),  # no LM head, no lens: the value the reference records
                           stage("angular (MiniLM)"))
     prune = run_prune(PruneConfig(task="drift", model=model,
-                                  data=DataOptions("builtin", "text", size["prune_tokens"], SEQ_LEN, BATCH),
+                                  data=DataOptions("builtin", tokens=size["prune_tokens"], seq_len=SEQ_LEN,
+                                                   batch_size=BATCH),
                                   angular=str(angular.folder), out=str(folder / "prune-drift"), overwrite=True),
                       stage("prune drift (MiniLM)"))
     return [angular, prune]
@@ -68,20 +69,20 @@ def _minilm(folder: Path, size: dict, stage) -> list:
 
 def _smollm2(folder: Path, size: dict, stage) -> list:
     """The Pre-LN half: SmolLM2-135M (LLaMA architecture, real GGUF weights), angular and ppl / kl sweeps."""
-    model = ModelOptions("smollm2", "float32", "cpu")
-    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["smollm2_angular_tokens"],
-                                                                       SEQ_LEN, BATCH),
+    model = ModelOptions("smollm2", dtype="float32", device="cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", tokens=size["smollm2_angular_tokens"],
+                                                                       seq_len=SEQ_LEN, batch_size=BATCH),
                                         out=str(folder / "smollm2-angular"), overwrite=True,
                                         lens_tokens=size["lens_tokens"]),  # SmolLM2's head 31 times per position
                           stage("angular (SmolLM2)"))
     runs = [angular]
     for task in ("kl", "ppl"):
-        data = DataOptions("builtin", "text", size["smollm2_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+        data = DataOptions("builtin", tokens=size["smollm2_prune_tokens"], seq_len=SEQ_LEN, batch_size=SMOLLM2_BATCH)
         runs.append(run_prune(PruneConfig(task=task, model=model, data=data, angular=str(angular.folder),
                                           out=str(folder / f"smollm2-prune-{task}"), overwrite=True),
                               stage(f"prune {task} (SmolLM2)")))
     # removal curves of the cheap strategies (greedy re-scores every layer per step: README, "Removal curves")
-    data = DataOptions("builtin", "text", size["smollm2_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+    data = DataOptions("builtin", tokens=size["smollm2_prune_tokens"], seq_len=SEQ_LEN, batch_size=SMOLLM2_BATCH)
     curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED, keep=CURVE_KEEP)
     runs.append(run_curve(PruneConfig(task="kl", model=model, data=data, curve=curve, angular=str(angular.folder),
                                       out=str(folder / "smollm2-curve-kl"), overwrite=True), stage("curve kl (SmolLM2)")))
@@ -90,12 +91,12 @@ def _smollm2(folder: Path, size: dict, stage) -> list:
 
 def _gemma3(folder: Path, size: dict, stage) -> list:
     """The Peri-LN third: Gemma 3 270M (real GGUF weights, sliding-window and full attention), angular and kl."""
-    model = ModelOptions("gemma3", "float32", "cpu")
-    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", "text", size["gemma3_angular_tokens"],
-                                                                       SEQ_LEN, BATCH),
+    model = ModelOptions("gemma3", dtype="float32", device="cpu")
+    angular = run_angular(AngularConfig(model=model, data=DataOptions("builtin", tokens=size["gemma3_angular_tokens"],
+                                                                       seq_len=SEQ_LEN, batch_size=BATCH),
                                         out=str(folder / "gemma3-angular"), overwrite=True,
                                         lens_tokens=size["gemma3_lens_tokens"]), stage("angular (Gemma 3)"))
-    data = DataOptions("builtin", "text", size["gemma3_prune_tokens"], SEQ_LEN, SMOLLM2_BATCH)
+    data = DataOptions("builtin", tokens=size["gemma3_prune_tokens"], seq_len=SEQ_LEN, batch_size=SMOLLM2_BATCH)
     prune = run_prune(PruneConfig(task="kl", model=model, data=data, angular=str(angular.folder),
                                   out=str(folder / "gemma3-prune-kl"), overwrite=True), stage("prune kl (Gemma 3)"))
     return [angular, prune]
@@ -119,7 +120,8 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
     runs = _minilm(folder, size, stage) + _smollm2(folder, size, stage) + _gemma3(folder, size, stage)
     runs.append(run_gradnorm(GradnormConfig(arch=size["arch"], seeds=size["seeds"], batches=size["batches"],
                                             device="cpu", dtype="float32",
-                                            data=DataOptions("builtin", "text", 0, GRAD_SEQ, GRAD_BATCH),
+                                            data=DataOptions("builtin", tokens=0, seq_len=GRAD_SEQ,
+                                                             batch_size=GRAD_BATCH),
                                             out=str(folder / "gradnorm"), overwrite=True),
                              stage(f"gradnorm ({size['arch']})")))
     report = report_runs([str(run.folder) for run in runs], str(folder))

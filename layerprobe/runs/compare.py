@@ -139,23 +139,20 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
     old.kind.function("comparer")(old, new, tolerance, into, name)
 
 
-# Paths that name where a run read its inputs, not what it measured: never reported as a difference
-_WHERE = ("model.model", "angular", "include_path", "task_data", "mmlu_data", "data.dataset")
-
-
 def settings_changed(old: Run, new: Run) -> list[str]:
     """'name a -> b' for each setting marked as changing the numbers (settings.identity) whose value differs between
     the two runs' manifests, and each resolved fact (tokens, seq_len, dtype, device) that differs."""
     from layerprobe.config import AngularConfig, GradnormConfig, PruneConfig
-    from layerprobe.settings import identity
+    from layerprobe.settings import identity, where_paths
 
     classes = {"angular": AngularConfig, "prune": PruneConfig, "curve": PruneConfig, "gradnorm": GradnormConfig}
     changed = []
     a, b = old.manifest.get("config"), new.manifest.get("config")
     if old.command in classes and isinstance(a, dict) and isinstance(b, dict):
         first, second = identity(classes[old.command], a), identity(classes[old.command], b)
+        where = where_paths(classes[old.command])  # where the inputs were read, not what was measured
         changed += [f"{key} {first[key]} -> {second.get(key)}" for key in first
-                    if key not in _WHERE and first[key] != second.get(key)]
+                    if key not in where and first[key] != second.get(key)]
     for key in ("tokens", "seq_len", "dtype", "device"):
         x, y = old.summary.get(key), new.summary.get(key)
         if x is not None and y is not None and x != y and not any(c.split(" ")[0].endswith(key) for c in changed):

@@ -155,3 +155,51 @@ def test_default_run_folders_keep_the_hub_org(tmp_path, monkeypatch):
     (tmp_path / "ckpt" / "llama-7b").mkdir(parents=True)
     assert slug("ckpt/llama-7b") == "llama-7b" and slug("./ckpt/llama-7b/") == "llama-7b"
     assert slug(str(tmp_path / "ckpt" / "llama-7b")) == "llama-7b" and slug("minilm") == "minilm"
+
+
+# ---- settings by keyword, derived from the marks (issue 36) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [AngularConfig, PruneConfig, GradnormConfig, ToyConfig, HealConfig])
+def test_settings_take_only_their_first_field_by_position(cls):
+    """A field inserted mid-class can never shift a caller's values: past the first, every field is by name."""
+    from dataclasses import fields
+
+    from layerprobe.config import DataOptions, ModelOptions
+
+    first = fields(cls)[0]
+    value = getattr(cls(), first.name)
+    assert getattr(cls(value), first.name) == value
+    with pytest.raises(TypeError):
+        cls(value, getattr(cls(), fields(cls)[1].name))
+    assert ModelOptions("minilm").model == "minilm"  # the README's form
+    with pytest.raises(TypeError):
+        DataOptions("builtin", "text")
+
+
+def test_seq_len_given_is_resolved_from_where_seq_len_came():
+    """resolve sets DataOptions.seq_len_given from the sources (CLI, environment, project file), no caller patches it."""
+    given = {"data": {"seq_len": None}, "model": {}}
+    assert resolve(AngularConfig, given, {}, environ={})[0].data.seq_len_given is False
+    assert resolve(AngularConfig, {"data": {"seq_len": 64}}, {}, environ={})[0].data.seq_len_given is True
+    assert resolve(AngularConfig, given, {"seq_len": 64}, environ={})[0].data.seq_len_given is True
+    assert resolve(AngularConfig, given, {}, environ={"LAYERPROBE_SEQ_LEN": "64"})[0].data.seq_len_given is True
+
+
+def test_project_keys_come_from_every_command_and_where_paths_from_the_marks():
+    from layerprobe.config import KEYS
+    from layerprobe.settings import project_keys, where_paths
+
+    for cls in (AngularConfig, PruneConfig, GradnormConfig, ToyConfig, HealConfig):
+        assert set(project_keys(cls)) <= set(KEYS)
+    assert set(where_paths(PruneConfig)) == {"model.model", "data.dataset", "include_path", "task_data", "mmlu_data",
+                                             "angular"}
+
+
+def test_gradnorm_checkpoint_loads_with_the_runs_dtype_and_device():
+    from layerprobe.config import ModelOptions
+
+    config = GradnormConfig(model=ModelOptions("minilm"), dtype="float32", device="cpu")
+    assert (config.model.dtype, config.model.device) == ("float32", "cpu")
+    given = {"model": {"model": "minilm"}, "dtype": "float32"}
+    assert resolve(GradnormConfig, given, {}, environ={})[0].model.dtype == "float32"
