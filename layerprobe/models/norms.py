@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
+from layerprobe.hook_owner import Hooks, owned_hooks
 from layerprobe.models.layers import BlockStack, find_sublayer
 
 PLACEMENT_NAMES = ("pre", "post", "peri", "mix", "unknown")
@@ -27,14 +28,15 @@ class _Seen:
     inputs: dict = field(default_factory=dict)
     outputs: dict = field(default_factory=dict)
 
-    def watch(self, module: Any) -> list:
+    def watch(self, module: Any, hooks: Hooks) -> None:
         def before(mod, args, kwargs):
             self.inputs.setdefault(id(mod), args[0] if args else kwargs.get("hidden_states"))
 
         def after(mod, args, output):
             self.outputs.setdefault(id(mod), output[0] if isinstance(output, (tuple, list)) else output)
 
-        return [module.register_forward_pre_hook(before, with_kwargs=True), module.register_forward_hook(after)]
+        hooks.add(module.register_forward_pre_hook(before, with_kwargs=True))
+        hooks.add(module.register_forward_hook(after))
 
 
 def _same_direction(a: Any, b: Any) -> bool:
@@ -65,18 +67,15 @@ def block_placements(model: Any, stack: BlockStack) -> list[str]:
     """pre, post, peri or unknown for each block, from one forward of eight tokens (hooks removed in finally)."""
     import torch
 
-    seen, handles = _Seen(), []
-    try:
+    seen = _Seen()
+    with owned_hooks() as hooks:
         for block in stack.blocks:
             for module in (block, *_norms(block), *_sublayers(model, block)):
-                handles += seen.watch(module)
+                seen.watch(module, hooks)
         device = next(model.parameters()).device
         ids = torch.arange(5, 13, device=device).unsqueeze(0)
         with torch.inference_mode():
             model(input_ids=ids)
-    finally:
-        for handle in handles:
-            handle.remove()
     return [_classify(seen, block, _norms(block), _sublayers(model, block)) for block in stack.blocks]
 
 

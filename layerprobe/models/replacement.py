@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerprobe.hooks import block_hidden
+from layerprobe.hook_owner import owned_hooks
 from layerprobe.models.layers import weight_is_transposed
 
 
@@ -69,14 +70,11 @@ def capturing(projection: Any, first: Any, last: Any, store: RunActivations) -> 
         store.x_out.append(keep(block_hidden(output)))
         raise _Enough
 
-    handles = [projection.register_forward_hook(on_projection), first.register_forward_pre_hook(on_first, with_kwargs=True),
-               last.register_forward_hook(on_last)]
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    with owned_hooks() as hooks, torch.no_grad():
+        hooks.add(projection.register_forward_hook(on_projection))
+        hooks.add(first.register_forward_pre_hook(on_first, with_kwargs=True))
+        hooks.add(last.register_forward_hook(on_last))
+        yield
 
 
 def collect(model: Any, projection: Any, first: Any, last: Any, batches: Any, device: str) -> RunActivations:

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from layerprobe.errors import ArchitectureError
+from layerprobe.hook_owner import owned_hooks
 from layerprobe.models.layers import (BlockStack, Sublayer, find_blocks, find_sublayer, layer_count_field,
                                       layer_index_owners, text_config)
 
@@ -166,15 +167,11 @@ def removed_sublayers(model: Any, indices: Iterable[int], part: str, stack: Bloc
     if bad:
         raise ArchitectureError(f"Layer(s) {', '.join(map(str, bad))} out of range: the model has layers "
                                 f"0..{len(stack) - 1}.")
-    handles = []
-    try:
+    with owned_hooks() as hooks:
         for index in chosen:
             module, residual_arg = removal_target(find_sublayer(model, stack.blocks[index], part), stack.sublayer)
-            handles.append(module.register_forward_hook(_removed_output(module, residual_arg), with_kwargs=True))
+            hooks.add(module.register_forward_hook(_removed_output(module, residual_arg), with_kwargs=True))
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager

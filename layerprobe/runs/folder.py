@@ -10,12 +10,12 @@ import io
 import json
 import os
 import re
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from layerprobe.errors import RunError, article, first_line
+from layerprobe.files import FILE_MODE, publishing, temp_file
 
 T = TypeVar("T")
 
@@ -41,15 +41,6 @@ LOCK = ".layerprobe.lock"  # in a run folder while a process writes it: "pid@hos
 # The lock's later lines say whose folder it is: "command <name>", then "file <path>" for every file written there
 # (the record --overwrite and --resume trust, with manifest.json's "files" once the run is finished).
 _held: dict[Path, set[str]] = {}  # claimed run folder -> the files its lock names
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-FILE_MODE = 0o666 & ~_umask()  # what open() would give: CI artifacts and shared folders follow the user's umask
 
 
 def _owner(lock: Path) -> str | None:
@@ -243,7 +234,7 @@ def take_lock(lock: Path, record: list[str] | None = None) -> bool:
 
     me = f"{os.getpid()}@{socket.gethostname()}"
     text = "\n".join([me, *(record or [])])
-    tmp = _temp_file(lock, (text + "\n").encode())
+    tmp = temp_file(lock, (text + "\n").encode())
     try:
         with _one_at_a_time(lock.parent):
             for _ in range(2):
@@ -257,10 +248,10 @@ def take_lock(lock: Path, record: list[str] | None = None) -> bool:
                     lock.unlink(missing_ok=True)  # stale (its process was killed), or this process's own claim
             return False
     finally:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
 
 
-def _create(tmp: str, lock: Path, text: str) -> None:
+def _create(tmp: Path, lock: Path, text: str) -> None:
     """`lock` appears holding `text`: a hard link to the written `tmp`, or where the file system has no hard links
     (FAT, some network and FUSE mounts) an exclusive create and a write. FileExistsError: it exists."""
     import errno
@@ -456,44 +447,21 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                        "writable folder.") from None
 
 
-def _temp_file(beside: Path, data: bytes) -> str:
-    """A hidden temp file next to `beside` ('.<name>.<random>.tmp', in the same folder) holding `data` on disk, with
-    the mode open() would give; removed again if writing it fails. Its path."""
-    fd, tmp = tempfile.mkstemp(dir=beside.parent, prefix=f".{beside.name.lstrip('.')}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), FILE_MODE)  # mkstemp makes 0600 whatever the umask
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return tmp
-
-
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write via a temp file in the same folder and rename: readers see the old file or the new one. A full disk or
     a folder that became unwritable is a RunError naming the file (the temp file is removed, the old file kept)."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         note_written(path)
-        tmp = _temp_file(path, data)
-        os.replace(tmp, path)
+        with publishing(path) as scratch:
+            scratch.write_bytes(data)
     except OSError as exc:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
         import errno
 
         fix = ("free space on that disk" if exc.errno in (errno.ENOSPC, errno.EDQUOT)
                else "make the folder writable")
         raise RunError(f"Cannot write '{path}' ({exc.strerror or first_line(exc)}): {fix} and run the command "
                        "again (with --resume where it saved its progress), or pass another --out.") from None
-    except BaseException:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -4,8 +4,6 @@ contract: layerprobe-removal.json, gaining a `healing` record), heal.csv's table
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -13,12 +11,13 @@ from layerprobe.config import ExportConfig, HealConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
+from layerprobe.files import publishing
 from layerprobe.models.gain import measure_gain
 from layerprobe.progress import Progress
 from layerprobe.removal import REMOVAL_FILE, removal_record, verify_reload
 from layerprobe.repair.loop import Healing, Models, unpruned_ppl
 from layerprobe.runs.columns import HEAL, names
-from layerprobe.runs.folder import FILE_MODE, atomic_write_bytes, atomic_write_text, note_written, run_files
+from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, note_written, run_files
 
 ADAPTER, MERGED = "adapter", "merged"
 TRANSFORM_FILE = "transform.safetensors"  # --method lstsq|cosine: every map T, float64, keyed by its run (12-18)
@@ -39,20 +38,15 @@ def heal_table(rows: list[dict]) -> Any:
 
 
 def _publish(target: Path, write: Callable[[Path], None]) -> None:
-    """Write a folder into a private sibling, then rename it into place: `target` is always whole."""
-    partial = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(partial, ignore_errors=True)
+    """Write a folder into a private sibling, then rename it into place (files.publishing): `target` is always
+    whole."""
     try:
-        write(partial)
-        for file in partial.rglob("*"):
-            if file.is_file():
-                file.chmod(FILE_MODE)
-                note_written(target / file.relative_to(partial))  # the run folder's record names it (check_owned)
-        if target.exists():
-            shutil.rmtree(target)
-        partial.rename(target)
+        with publishing(target, folder=True) as partial:
+            write(partial)
+            for file in partial.rglob("*"):
+                if file.is_file():
+                    note_written(target / file.relative_to(partial))  # the run folder's record names it (check_owned)
     except OSError as exc:
-        shutil.rmtree(partial, ignore_errors=True)
         raise RunError(f"Cannot write '{target}' ({exc.strerror or exc}): free space on that disk or pass another "
                        "--out.") from None
 
