@@ -13,12 +13,12 @@ from typing import Any, Iterator
 
 from layerprobe.errors import ModelLoadError, first_line
 from layerprobe.models.device_map import fit_device_map, input_device, placement_kwargs
+from layerprobe.models.fingerprint import weights_fingerprint
 from layerprobe.models.gguf import gemma3_file, load_gguf, read_header, resolve_gguf, smollm2_file
 from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.progress import announce
-from layerprobe.runs.manifest import weights_fingerprint
 from layerprobe.scoped import register
 from layerprobe.config import DTYPES  # declared once, with the settings that take it
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
@@ -11,9 +10,6 @@ from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-FINGERPRINT_BYTES = 1 << 20  # per weight file: head and tail are hashed, plus names and sizes
-
 
 def _version(package: str) -> str | None:
     try:
@@ -32,21 +28,6 @@ def git_commit() -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
-
-
-def weights_fingerprint(folder: Path) -> str:
-    """sha256 over each weight file's name, size, first and last MiB: cheap, and changes when weights do."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".json") and p.is_file())
-    for path in files:
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
-        with open(path, "rb") as handle:
-            digest.update(handle.read(FINGERPRINT_BYTES))
-            if size > 2 * FINGERPRINT_BYTES:
-                handle.seek(size - FINGERPRINT_BYTES)
-                digest.update(handle.read(FINGERPRINT_BYTES))
-    return "sha256-head-tail:" + digest.hexdigest()
 
 
 def start_time() -> str:
