@@ -11,6 +11,7 @@ message on bad input. Names are imported on first use, so `import layerprobe` st
 
 import importlib as _importlib
 import sys as _sys
+from typing import Callable
 from importlib import metadata as _metadata
 
 try:
@@ -23,49 +24,56 @@ if "transformers" in _sys.modules:
     # (Otherwise layerprobe.models.inhouse registers them when imported; load_model always does.)
     import layerprobe.models.inhouse  # noqa: F401
 
-# public name -> "module:attribute": the commands, their settings, the run records and the error type
-_API = {
-    "angular": "layerprobe.commands.angular:run_angular",
-    "prune": "layerprobe.commands.prune.run:run_prune",
-    "curve": "layerprobe.commands.prune.curve:run_curve",
-    "gradnorm": "layerprobe.commands.gradnorm.run:run_gradnorm",
-    "export": "layerprobe.commands.export:run_export",
-    "heal": "layerprobe.commands.heal.run:run_heal",
-    "toy": "layerprobe.commands.toy:run_toy",
-    "merge": "layerprobe.commands.prune.merge:merge_shards",
-    "compare": "layerprobe.runs.compare:compare_folders",
+# public name -> "module:attribute" (or the object): what every command shares; each command's own names (its
+# function, its settings class) come from its record in layerprobe.commands.COMMANDS
+_SHARED = {
     "load_run": "layerprobe.runs.read:load_run",
     "Run": "layerprobe.runs.read:Run",
     "RunResult": "layerprobe.runs.write:RunResult",
     "LayerprobeError": "layerprobe.errors:LayerprobeError",
     "resolve": "layerprobe.settings:resolve",
     "validate": "layerprobe.settings:validate",
-    "LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",  # during training: a plain loop
-    "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback",  # during training: HF Trainer
-    **{name: f"layerprobe.config:{name}" for name in (
-        "AngularConfig", "PruneConfig", "CurveSettings", "GradnormConfig", "TrainSettings", "ExportConfig",
-        "HealConfig", "ToyConfig", "ModelOptions", "DataOptions", "MonitorSettings")},
+    "ModelOptions": "layerprobe.config:ModelOptions",
+    "DataOptions": "layerprobe.config:DataOptions",
 }
 
 
-def lazy_exports(package: str, api: dict[str, str], namespace: dict):
-    """(__getattr__, __dir__) of a package whose names in `api` ('module:attribute') are imported on first use."""
+def _api() -> dict:
+    """Every public name: the commands' (read from COMMANDS when asked, so a command registered later is there
+    too), then the shared ones."""
+    from layerprobe.commands import COMMANDS
+
+    found: dict = {}
+    for command in COMMANDS.values():
+        found |= command.public()
+    return found | _SHARED
+
+
+def lazy_exports(package: str, api: dict | Callable[[], dict], namespace: dict):
+    """(__getattr__, __dir__) of a package whose names in `api` ('module:attribute', or the object itself) are
+    imported on first use; `api` may be a function returning the table."""
+
+    def table() -> dict:
+        return api() if callable(api) else api
 
     def __getattr__(name: str):
-        if name in api:
-            module, attribute = api[name].split(":")
-            value = getattr(_importlib.import_module(module), attribute)
+        found = table()
+        if name in found:
+            value = found[name]
+            if isinstance(value, str):
+                module, attribute = value.split(":")
+                value = getattr(_importlib.import_module(module), attribute)
             namespace[name] = value
             return value
         raise AttributeError(f"module '{package}' has no attribute '{name}'")
 
     def __dir__():
-        return sorted([*namespace, *api])
+        return sorted([*namespace, *table()])
 
     return __getattr__, __dir__
 
 
-__getattr__, __dir__ = lazy_exports("layerprobe", _API, globals())
+__getattr__, __dir__ = lazy_exports("layerprobe", _api, globals())
 
 
-__all__ = ["__version__", *_API]
+__all__ = ["__version__", *_api()]

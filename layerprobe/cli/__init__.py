@@ -1,4 +1,5 @@
-"""Typer app: one module per command; options build a config, one library call does the work."""
+"""Typer app: one module per command, registered from layerprobe.commands.COMMANDS; options build a config, one
+library call does the work."""
 
 from __future__ import annotations
 
@@ -6,37 +7,30 @@ import os
 
 import typer
 
-from layerprobe.cli.angular import angular
-from layerprobe.cli.compare import compare
-from layerprobe.cli.demo import demo
-from layerprobe.cli.export import export
-from layerprobe.cli.gradnorm import gradnorm
-from layerprobe.cli.heal import heal
-from layerprobe.cli.merge import merge
-from layerprobe.cli.prune import prune
-from layerprobe.cli.report import report
-from layerprobe.cli.toy import toy
 from layerprobe.cli.options import SectionedCommand, SentenceGroup
 
-app = typer.Typer(
-    name="layerprobe",
-    cls=SentenceGroup,
-    help="Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI verdicts.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # help texts are plain: "[tool.layerprobe]" and "layerprobe[eval]" print as written
-)
-app.command(cls=SectionedCommand)(angular)
-app.command(cls=SectionedCommand)(prune)
-app.command(cls=SectionedCommand)(gradnorm)
-app.command(cls=SectionedCommand)(merge)
-app.command(cls=SectionedCommand)(export)
-app.command(cls=SectionedCommand)(heal)
-app.command(cls=SectionedCommand)(report)
-app.command(cls=SectionedCommand)(compare)
-app.command(cls=SectionedCommand)(demo)
-app.command(cls=SectionedCommand)(toy)
+HELP = ("Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI "
+        "verdicts.")
+
+
+def build_app() -> typer.Typer:
+    """The Typer app with every command of COMMANDS that has a CLI, in the table's order."""
+    from layerprobe.commands import COMMANDS
+
+    built = typer.Typer(
+        name="layerprobe",
+        cls=SentenceGroup,
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,  # help texts are plain: "[tool.layerprobe]" and "layerprobe[eval]" print as written
+    )
+    for command in COMMANDS.values():
+        if command.cli is not None:
+            built.command(name=command.name, cls=SectionedCommand)(command.function("cli"))
+    built.callback()(root)
+    return built
 
 
 def _version(value: bool) -> None:
@@ -47,7 +41,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
@@ -56,6 +49,9 @@ def root(
 
     quiet_libraries()
     show_phases()
+
+
+app = build_app()
 
 
 def quiet_libraries() -> None:

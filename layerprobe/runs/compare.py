@@ -142,15 +142,14 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
 def settings_changed(old: Run, new: Run) -> list[str]:
     """'name a -> b' for each setting marked as changing the numbers (settings.identity) whose value differs between
     the two runs' manifests, and each resolved fact (tokens, seq_len, dtype, device) that differs."""
-    from layerprobe.config import AngularConfig, GradnormConfig, PruneConfig
     from layerprobe.settings import identity, where_paths
 
-    classes = {"angular": AngularConfig, "prune": PruneConfig, "curve": PruneConfig, "gradnorm": GradnormConfig}
+    settings = old.kind.settings  # the class the manifests' config is (runs/kinds.py)
     changed = []
     a, b = old.manifest.get("config"), new.manifest.get("config")
-    if old.command in classes and isinstance(a, dict) and isinstance(b, dict):
-        first, second = identity(classes[old.command], a), identity(classes[old.command], b)
-        where = where_paths(classes[old.command])  # where the inputs were read, not what was measured
+    if settings is not None and isinstance(a, dict) and isinstance(b, dict):
+        first, second = identity(settings, a), identity(settings, b)
+        where = where_paths(settings)  # where the inputs were read, not what was measured
         changed += [f"{key} {first[key]} -> {second.get(key)}" for key in first
                     if key not in where and first[key] != second.get(key)]
     for key in ("tokens", "seq_len", "dtype", "device"):

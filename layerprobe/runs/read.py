@@ -48,10 +48,10 @@ class Run:
         return path if path.is_file() else None
 
 
-# What identifies a row of each CSV, the columns that hold numbers, and those never NaN: from runs/columns.py
-ROW_KEYS = {table: tuple(c.name for c in columns if c.key) for table, columns in TABLES.items()}
-NUMERIC = {table: tuple(c.name for c in columns if c.number) for table, columns in TABLES.items()}
-FINITE = {table: tuple(c.name for c in columns if c.always) for table, columns in TABLES.items()}
+def _columns(table: str, what: str) -> tuple[str, ...]:
+    """The columns of a CSV that identify a row (key), hold numbers (number) or are never NaN (always), as
+    runs/columns.py declares them (a table registered later included)."""
+    return tuple(c.name for c in TABLES.get(table, ()) if getattr(c, what))
 
 
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
@@ -68,23 +68,23 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
                        "restore the file.")
     if table.empty:
         raise RunError(f"'{csv}' holds no rows: re-run the command.")
-    missing = [c for c in dict.fromkeys((*ROW_KEYS.get(csv.name, ()), *FINITE.get(csv.name, ())))
+    missing = [c for c in dict.fromkeys((*_columns(csv.name, "key"), *_columns(csv.name, "always")))
                if c not in table.columns]
     if missing:  # a row key or an always-measured number: what readers index by
         raise RunError(f"'{csv}' lacks the column '{missing[0]}': re-run the command, or restore the file.")
     import numpy as np
     import pandas as pd
 
-    for column in NUMERIC.get(csv.name, ()):
+    for column in _columns(csv.name, "number"):
         if column in table.columns and not pd.api.types.is_numeric_dtype(table[column]):
             raise RunError(f"'{csv}' has a value in {column} that is not a number: re-run the command, or restore "
                            "the file.")
-    keys = [k for k in ROW_KEYS.get(csv.name, ()) if k in table.columns]
+    keys = [k for k in _columns(csv.name, "key") if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
         row = table[table.duplicated(subset=keys)].iloc[0]
         where = ", ".join(f"{k}={row[k]}" for k in keys)
         raise RunError(f"'{csv}' holds the row ({where}) twice: re-run the command, or restore the file.")
-    for column in FINITE.get(csv.name, ()) if finite else ():
+    for column in _columns(csv.name, "always") if finite else ():
         values = table[column] if column in table.columns else None
         numeric = values is not None and pd.api.types.is_numeric_dtype(values)
         if values is not None and (values.isna().any() or (numeric and (~np.isfinite(values.astype(float))).any())):

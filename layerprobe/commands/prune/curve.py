@@ -173,6 +173,13 @@ def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Prog
     return inner
 
 
+# strategy -> (Choice) -> {k: the k layers removed}: one function per record of strategies.py, checked on import
+PICKS = {"angular": angular_sets, "bi": bi_sets, "greedy": greedy_sets, "last": last_sets}
+if set(PICKS) != set(STRATEGIES):
+    raise ImportError(f"commands/prune/curve.py PICKS ({', '.join(PICKS)}) and strategies.py ({', '.join(STRATEGIES)}) "
+                      "name different strategies: give each Strategy its picking function.")
+
+
 def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, progress: Progress) -> tuple[dict, Path | None]:
     """strategy -> {k: ids}, and the angular run used (None when no strategy reads one)."""
     probe, num_layers = job.probe, len(job.probe.stack)
@@ -185,7 +192,7 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
         if len(choice.angular.tables["layers"]) != num_layers + 1:
             raise RunError(f"The angular run {angular_dir} measured {len(choice.angular.tables['layers']) - 1} layers "
                            f"and this model has {num_layers}: pass --angular with a run of the same model.")
-    return {s: globals()[STRATEGIES[s].picks](choice) for s in strategies}, angular_dir  # each one's function
+    return {s: PICKS[s](choice) for s in strategies}, angular_dir
 
 
 def judged(row: dict, higher: bool, keep_by: str) -> float:

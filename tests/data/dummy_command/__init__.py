@@ -1,0 +1,82 @@
+"""A command added through its record alone (tests/unit/test_commands.py): this package and one register() line.
+
+`layerprobe dummy --value 3` writes dummy.csv (value x layer for 4 layers), dummy.png and summary.json; report and
+compare read its runs through its Kind; docs/outputs.md lists its keys and columns."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import KW_ONLY, asdict, dataclass
+
+from layerprobe.cli.common import call, out, resolve_settings
+from layerprobe.cli.options import with_settings
+from layerprobe.commands import Command
+from layerprobe.progress import silent
+from layerprobe.runs.columns import Column
+from layerprobe.runs.compare import Check, outside
+from layerprobe.runs.folder import prepare_run_dir
+from layerprobe.runs.kinds import Kind
+from layerprobe.runs.manifest import start_time
+from layerprobe.runs.schema import RUN, Key
+from layerprobe.runs.write import write_run
+from layerprobe.settings import setting, takes
+
+
+@dataclass
+class DummyConfig:
+    """`layerprobe dummy`."""
+
+    value: float = setting(1.0, above=0, help="The slope of every layer's number.")
+    _: KW_ONLY
+    out: str = setting("dummy-run", numbers=False, flag="--out", help="Run folder.")
+    overwrite: bool = setting(False, numbers=False, help="Replace an earlier dummy run.")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@takes(DummyConfig, "layerprobe.dummy")
+def run_dummy(config: DummyConfig, progress=silent):
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    started, clock = start_time(), time.perf_counter()
+    folder = prepare_run_dir(config.out, config.overwrite, command="dummy")
+    table = pd.DataFrame({"layer": range(4), "value": [config.value * layer for layer in range(4)]})
+    figure = Figure()
+    figure.add_subplot().plot(table["layer"], table["value"])
+    summary = {"command": "dummy", "seconds": 0.0, "warnings": [], "value": config.value}
+    return write_run(folder, "dummy", tables={"dummy": table}, figures={"dummy": figure}, summary=summary,
+                     config=config, started=started, seconds=time.perf_counter() - clock, facts={})
+
+
+@with_settings(DummyConfig)
+def dummy(given: dict | None = None) -> None:
+    """Write a dummy run: one number per layer."""
+    config, _ = resolve_settings(DummyConfig, given)
+    run = call(run_dummy, config)
+    out.print(f"-> {run.folder}")
+
+
+def findings(run) -> list[str]:
+    return [f"The largest number is {run.tables['dummy']['value'].max():g}."]
+
+
+def table(run):
+    return run.tables["dummy"]
+
+
+def comparer(old, new, tolerance, into, name) -> None:
+    a, b = old.tables["dummy"].set_index("layer")["value"], new.tables["dummy"].set_index("layer")["value"]
+    for layer, value in a.items():
+        delta = float(b[layer]) - float(value)
+        into.checks.append(Check(name, "dummy value", f"layer {layer}", float(value), float(b[layer]), delta,
+                                 tolerance["angular"], outside(float(value), float(b[layer]), delta, tolerance["angular"])))
+
+
+COMMAND = Command(
+    "dummy", dummy, run_dummy, settings=DummyConfig,
+    kind=Kind("dummy", (("dummy.csv", True),), "dummy.png", "Dummy numbers by layer", (("value", "value"),),
+              findings, table, comparer, settings=DummyConfig),
+    summary=RUN + (Key("value", (int, float), "--value: the slope"),),
+    tables={"dummy.csv": (Column("layer", "block l", key=True), Column("value", "value x l", always=True))})
