@@ -9,7 +9,6 @@ other by name: a field added mid-class never shifts the values of a caller's cal
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import tomllib
 from dataclasses import KW_ONLY, asdict, dataclass
@@ -349,10 +348,6 @@ class GradnormConfig:
     resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out: finished (placement, "
                            "seed) jobs are kept.")
     formats: tuple[str, ...] = setting(("png",), **_FORMATS)
-
-    def __post_init__(self) -> None:
-        if self.model is not None:  # a checkpoint loads with the run's own --dtype and --device
-            self.model = dataclasses.replace(self.model, dtype=self.dtype, device=self.device)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

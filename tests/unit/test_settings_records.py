@@ -194,12 +194,3 @@ def test_project_keys_come_from_every_command_and_where_paths_from_the_marks():
         assert set(project_keys(cls)) <= set(KEYS)
     assert set(where_paths(PruneConfig)) == {"model.model", "data.dataset", "include_path", "task_data", "mmlu_data",
                                              "angular"}
-
-
-def test_gradnorm_checkpoint_loads_with_the_runs_dtype_and_device():
-    from layerprobe.config import ModelOptions
-
-    config = GradnormConfig(model=ModelOptions("minilm"), dtype="float32", device="cpu")
-    assert (config.model.dtype, config.model.device) == ("float32", "cpu")
-    given = {"model": {"model": "minilm"}, "dtype": "float32"}
-    assert resolve(GradnormConfig, given, {}, environ={})[0].model.dtype == "float32"
