@@ -115,18 +115,18 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
             raise KeyboardInterrupt
 
     config_args = [*args, "--out", str(tmp_path / "cut")]
-    original = module.greedy_sets
+    original = module.PICKS["greedy"]  # the strategy's function, as the curve dispatches to it
 
     def cut(choice):
         import dataclasses
 
         return original(dataclasses.replace(choice, progress=interrupt))
 
-    module.greedy_sets = cut
+    module.PICKS["greedy"] = cut
     try:
         invoke(*config_args)
     finally:
-        module.greedy_sets = original
+        module.PICKS["greedy"] = original
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     assert len(state["greedy"]) == 1 and not (tmp_path / "cut" / "summary.json").exists()
     resumed = invoke(*config_args, "--resume")
