@@ -76,4 +76,6 @@ def lazy_exports(package: str, api: dict | Callable[[], dict], namespace: dict):
 __getattr__, __dir__ = lazy_exports("layerprobe", _api, globals())
 
 
-__all__ = ["__version__", *_api()]
+_API = _api()  # every public name at import ('module:attribute' or the object); a command registered later is
+# found too: __getattr__ reads COMMANDS when asked
+__all__ = ["__version__", *_API]
