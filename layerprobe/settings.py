@@ -206,9 +206,32 @@ def resolve(cls: type, given: Mapping, project: Mapping | None = None, base: Any
     environ = os.environ if environ is None else environ
     sources: dict[str, str] = {}
     where = f"[tool.layerprobe] in {project_file}" if project_file else "[tool.layerprobe]"
+    _known_keys(cls, given, "")
     config = _resolve(cls, given, project or {}, base if base is not None else cls(), environ, where, "", sources)
+    _given(config, cls(), "", {})  # every field of its declared type ('many' tokens is an error here, not later)
     validate(config, sources)
     return config, sources
+
+
+def _known_keys(cls: type, given: Mapping, prefix: str) -> None:
+    """A given key that is no field of `cls` (a misspelling, or a grouped setting given at the top level) is an
+    error naming it, never silently ignored."""
+    names = [f.name for f in fields(cls) if f.init]
+    for key, value in given.items():
+        if key not in names:
+            if value is None:
+                continue
+            inner = {f"{name}.{f.name}": f.name for name in names if group_of(cls, name) is not None
+                     for f in fields(group_of(cls, name))}
+            groups = [path for path, field in inner.items() if field == key]
+            near = difflib.get_close_matches(str(key), list(inner.values()), n=1)
+            close = groups or [path for path in inner if inner[path] in near][:1] \
+                or difflib.get_close_matches(str(key), names, n=1)
+            hint = f" Did you mean: {prefix}{close[0]}?" if close else ""
+            raise ConfigError(f"{cls.__name__} has no setting '{prefix}{key}'.{hint}")
+        group = group_of(cls, key)
+        if group is not None and isinstance(value, Mapping):
+            _known_keys(group, value, f"{prefix}{key}.")
 
 
 def _resolve(cls: type, given: Mapping, project: Mapping, base: Any, environ: Mapping[str, str], where: str,

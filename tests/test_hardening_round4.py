@@ -644,3 +644,43 @@ def test_a_file_planted_in_the_gguf_cache_is_refused(planted, tmp_path):
     (folder / planted).write_bytes(b"{}")
     with pytest.raises(LayerprobeError, match=f"holds {planted.split('/')[0]}, which layerprobe did not write"):
         gguf.verify_cached(folder, source)
+
+
+# ---- the independent replay's last cases (session 13) ---------------------------------------------------------------
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_a_toy_branch_scale_that_overflows_is_one_line_from_cli_and_library(norm, tmp_path):
+    """--branch-scale 1e30 overflows float32 inside the blocks: the SVD of the effective rank raised a LinAlgError
+    traceback; now one line naming the option, and no folder."""
+    result = invoke("toy", "--depth", 4, "--width", 8, "--samples", 16, "--norm", norm, "--branch-scale", "1e30",
+                    "--out", tmp_path / "cli")
+    assert_error(result, "--branch-scale 1e+30 overflows float32")
+    assert not (tmp_path / "cli").exists()
+    with pytest.raises(LayerprobeError, match="use a smaller --branch-scale"):
+        layerprobe.toy(layerprobe.ToyConfig(norms=(norm,), depth=4, width=8, samples=16, alphas=(1e30,),
+                                            out=str(tmp_path / "lib")))
+    assert not (tmp_path / "lib").exists()
+
+
+@pytest.mark.parametrize("given,needle", [
+    ({"data": {"tokens": "many"}}, "DataOptions.tokens must be a whole number"),
+    ({"tokenz": 5}, "has no setting 'tokenz'. Did you mean: data.tokens?"),
+    ({"tokens": 5}, "has no setting 'tokens'. Did you mean: data.tokens?"),
+    ({"data": {"seq_lne": 16}}, "has no setting 'data.seq_lne'. Did you mean: data.seq_len?"),
+])
+def test_resolve_refuses_what_it_would_silently_drop(given, needle):
+    """layerprobe.resolve returned tokens='many' for a later failure, and dropped misspelt or misplaced keys."""
+    with pytest.raises(LayerprobeError) as caught:
+        layerprobe.resolve(layerprobe.AngularConfig, given)
+    assert needle in str(caught.value)
+
+
+def test_compare_max_rows_is_a_count(tmp_path):
+    """--max-rows -1 listed all but one failure and then 'and 11 more' of 10: a negative count is refused."""
+    from layerprobe.runs.compare import Comparison, render
+
+    run = Path(__file__).resolve().parents[1] / "reports" / "demo" / "angular"
+    result = invoke("compare", run, run, "--max-rows", "-1")
+    assert result.exit_code == 2 and "--max-rows" in result.output and "Traceback" not in result.output
+    with pytest.raises(LayerprobeError, match="--max-rows must be a whole number >= 0"):
+        render(Comparison("a", "b"), "text", -1)

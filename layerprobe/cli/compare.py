@@ -16,7 +16,7 @@ def compare(
     fmt: str = typer.Option("text", "--format", show_default=False, help="text (default), markdown ($GITHUB_STEP_SUMMARY), json or junit."),
     output: str = typer.Option(None, "--out", help="Also write the verdict to this file."),
     output_alias: str = typer.Option(None, "--output", hidden=True),  # the old name, kept for existing CI scripts
-    max_rows: int = typer.Option(50, "--max-rows", show_default=False, help="Offending entries listed (all are counted; default 50)."),
+    max_rows: int = typer.Option(50, "--max-rows", min=0, show_default=False, help="Offending entries listed (all are counted; default 50)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --out file layerprobe did not write (an "
                                    "earlier verdict is replaced without it)."),
 ) -> None:

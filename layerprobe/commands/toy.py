@@ -41,7 +41,7 @@ class ToyModel:
         check_placements([placement])
         gen = torch.Generator().manual_seed(config.seed)
         w, depth = config.width, config.depth
-        self.alpha, self.depth = alpha, depth
+        self.alpha, self.depth, self.norm = alpha, depth, placement
         # He init for FC1 (ReLU follows), 1/sqrt(width) for FC2: the update has the input's scale times alpha
         self.fc1 = [(torch.randn(w, w, generator=gen) * math.sqrt(2.0 / w)).requires_grad_() for _ in range(depth)]
         self.fc2 = [(torch.randn(w, w, generator=gen) * math.sqrt(1.0 / w)).requires_grad_() for _ in range(depth)]
@@ -74,6 +74,10 @@ def measure_toy(model: ToyModel, x: Any, readout: Any, on_layer: Any = None) -> 
     import torch
 
     states = model.forward(x)
+    for l, h in enumerate(states[1:], start=1):
+        if not bool(torch.isfinite(h).all()):
+            raise ConfigError(f"--branch-scale {model.alpha:g} overflows float32 in the {model.norm} toy model at "
+                              f"layer {l} of {model.depth} (hidden states not finite): use a smaller --branch-scale.")
     loss = (states[-1] @ readout).mean()
     grads = torch.autograd.grad(loss, model.fc1 + model.fc2)
     depth = model.depth

@@ -323,6 +323,8 @@ def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:
     """The comparison as text, markdown, json or junit XML."""
     if fmt not in FORMATS:
         raise ConfigError(f"Unknown --format '{fmt}': use one of {', '.join(FORMATS)}.")
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 0:
+        raise ConfigError(f"--max-rows must be a whole number >= 0, got {max_rows!r}.")
     return {"text": _text, "markdown": _markdown, "json": _json, "junit": _junit}[fmt](result, max_rows)
 
 
