@@ -684,3 +684,12 @@ def test_compare_max_rows_is_a_count(tmp_path):
     assert result.exit_code == 2 and "--max-rows" in result.output and "Traceback" not in result.output
     with pytest.raises(LayerprobeError, match="--max-rows must be a whole number >= 0"):
         render(Comparison("a", "b"), "text", -1)
+
+
+def test_a_gradnorm_training_that_diverges_names_lr_not_the_checkpoint(tmp_path):
+    """--arch tiny has no checkpoint to blame: numbers finite at step 0 and not after training are the rate's."""
+    result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre", "--dataset", "builtin", "--device", "cpu",
+                    "--seeds", 1, "--batches", 1, "--seq-len", 16, "--batch-size", 2, "--steps", 3, "--lr", "1e30",
+                    "--out", tmp_path / "gn")
+    assert_error(result, "the training diverged at --lr 1e+30: lower --lr")
+    assert "checkpoint" not in result.output

@@ -14,7 +14,7 @@ from layerprobe.config import GradnormConfig
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches, check_sizes, empty_corpus_error
 from layerprobe.distributed import World, current_world
-from layerprobe.errors import ConfigError, ModelLoadError, first_line
+from layerprobe.errors import ConfigError, ModelLoadError, NumericsError, first_line
 from layerprobe.models.device_map import peak_memory_gib, reset_peak_memory
 from layerprobe.models.inhouse import build, make_config, shares_init
 from layerprobe.models.layers import ENCODER_MODEL_TYPES, find_blocks
@@ -217,9 +217,16 @@ def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, fo
 
     def record(step: int) -> None:
         passes = None if config.train.steps else jobs.advance
-        for row in measure_gradients(model, stack, jobs.batch_list, subjects.encoder, subjects.tokenizer, seed,
-                                     on_batch=passes):
-            found.rows.append((job, {"norm": norm, "seed": seed, "step": step, **row}))
+        try:
+            rows = list(measure_gradients(model, stack, jobs.batch_list, subjects.encoder, subjects.tokenizer, seed,
+                                          on_batch=passes))
+        except NumericsError as exc:
+            if not step:
+                raise
+            what = str(exc).split(":")[0]  # finite at step 0: the training steps made it so, not the checkpoint
+            raise NumericsError(f"{what}, after {step} training step(s) of {norm}: the training diverged at --lr "
+                                f"{config.train.lr:g}: lower --lr (or keep --clip above 0).") from None
+        found.rows += [(job, {"norm": norm, "seed": seed, "step": step, **row}) for row in rows]
 
     if 0 in jobs.steps:
         record(0)
