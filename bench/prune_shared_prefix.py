@@ -51,7 +51,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         build(folder, args.layers, args.hidden)
-        loaded = load_model(folder, head=METRICS[args.metric][0], dtype="float32", device="cpu")
+        loaded = load_model(folder, head=METRICS[args.metric].head, dtype="float32", device="cpu")
     model, stack = loaded.model, find_blocks(loaded.model)
     variants = sweep(len(stack))
     data = [(b.input_ids, b.attention_mask) for b in
