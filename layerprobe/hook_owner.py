@@ -8,6 +8,7 @@ A class that hooks a model subclasses HookOwner and says what it registers (`att
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Iterator
 from typing import Any
@@ -29,12 +30,13 @@ class Hooks:
             self.handles.pop().remove()
 
 
-class HookOwner:
+class HookOwner(abc.ABC):
     """A context manager owning the hooks `attach` registers: removed on exit, or at once when `attach` fails
     part-way; `detach` then drops what the hooks gathered."""
 
+    @abc.abstractmethod
     def attach(self, hooks: Hooks) -> None:
-        raise NotImplementedError
+        """Register this owner's hooks, each through `hooks.add` as it is made."""
 
     def detach(self) -> None:
         """What to forget once the hooks are off (the captured tensors)."""
