@@ -34,7 +34,12 @@ class RunError(LayerprobeError):
 
 
 class NumericsError(LayerprobeError):
-    """A measured number came out NaN or infinite (an overflowing dtype, a broken checkpoint)."""
+    """A measured number came out NaN or infinite (an overflowing dtype, a broken checkpoint). `what`: the number
+    alone, without the fix, for a caller that knows the cause better (a training step that diverged)."""
+
+    def __init__(self, message: str, what: str | None = None) -> None:
+        super().__init__(message)
+        self.what = what or message
 
 
 def article(word: str) -> str:

@@ -67,6 +67,6 @@ def _layer_rows(batch: int, layer: int, squares: Any, capture: GradientCapture, 
     bad = next((r for r in rows if not math.isfinite(r.get("grad_norm", r.get("variance")))), None)
     if bad is not None:
         dtype = str(output.dtype) if output is not None else None
-        raise NumericsError(f"The {bad['kind']} {bad['module']} of block {layer} is NaN or infinite in batch {batch}: "
-                            f"{numerics_fix(dtype)}.")
+        what = f"The {bad['kind']} {bad['module']} of block {layer} is NaN or infinite in batch {batch}"
+        raise NumericsError(f"{what}: {numerics_fix(dtype)}.", what)
     return rows

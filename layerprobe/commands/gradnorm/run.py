@@ -223,8 +223,8 @@ def _run_job(jobs: _Jobs, job: int, model: Any, norm: str, seed: int, stream, fo
         except NumericsError as exc:
             if not step:
                 raise
-            what = str(exc).split(":")[0]  # finite at step 0: the training steps made it so, not the checkpoint
-            raise NumericsError(f"{what}, after {step} training step(s) of {norm}: the training diverged at --lr "
+            # finite at step 0: the training steps made it so, not the checkpoint
+            raise NumericsError(f"{exc.what}, after {step} training step(s) of {norm}: the training diverged at --lr "
                                 f"{config.train.lr:g}: lower --lr (or keep --clip above 0).") from None
         found.rows += [(job, {"norm": norm, "seed": seed, "step": step, **row}) for row in rows]
 
