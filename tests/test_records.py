@@ -75,6 +75,14 @@ def test_lmeval_records_match_hand_scoring_and_the_table(model_dirs, task_dir, t
             assert (row.delta_stderr, row.delta_lo, row.delta_hi) == pytest.approx((se, lo, hi), rel=1e-9)
         ll = hand_interval(unpruned["gold_loglik"], mine["gold_loglik"])
         assert (row.loglik_delta, row.loglik_lo, row.loglik_hi) == pytest.approx((ll[0], ll[2], ll[3]), rel=1e-9)
+        hand_p = 2 * stats.t.sf(abs(ll[0]) / ll[1], len(mine) - 1)  # the t test of the mean paired difference
+        assert row.loglik_p_value == pytest.approx(hand_p, rel=1e-6)
+    # loglik_significant: Holm over the 4 removals, applied by hand to the hand p-values
+    rows = table[table["metric"] == "acc"].sort_values("loglik_p_value")
+    still = True
+    for rank, row in enumerate(rows.itertuples()):
+        still = still and row.loglik_p_value <= 0.05 / (len(rows) - rank)
+        assert row.loglik_significant == (still and (row.loglik_lo > 0 or row.loglik_hi < 0))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["records"] == "samples.csv.gz" and summary["correction"] == "holm"
     main = table[table["metric"] == "acc"]

@@ -27,7 +27,8 @@ FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_log
          "tokens", "total")
 LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
 INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "loglik_delta", "loglik_lo",
-                    "loglik_hi")
+                    "loglik_hi", "loglik_p_value", "loglik_significant")
+FLAGS = ("significant", "loglik_significant")
 
 
 # ---- rows from each kind of task --------------------------------------------------------------------------------
@@ -240,20 +241,42 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
 
     table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table]).copy()
     for column in INTERVAL_COLUMNS:
-        table[column] = False if column == "significant" else math.nan
+        table[column] = False if column in FLAGS else math.nan
     if not records:
         return table
     wide = Wide(frame(records))
     for metric, rows in table.groupby("metric", sort=False):
         found = metric_intervals(wide, str(metric), rows, task, groups or {})
-        # significant: Holm's correction over this metric's variants, and the interval excludes 0
-        flags = [flag and (dp.lo > 0 or dp.hi < 0) for flag, (dp, _) in zip(holm([dp.p for dp, _ in found]), found)]
-        for index, (dp, ll), flag in zip(rows.index, found, flags):
+        flags, ll_flags = (corrected([pair[k] for pair in found]) for k in (0, 1))
+        for index, (dp, ll), flag, ll_flag in zip(rows.index, found, flags, ll_flags):
             table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
-            table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi"]] = [ll.delta, ll.lo, ll.hi]
-            table.loc[index, "significant"] = bool(flag)
-    table["significant"] = table["significant"].astype(bool)
+            table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi", "loglik_p_value"]] = [ll.delta, ll.lo, ll.hi,
+                                                                                               ll.p]
+            table.loc[index, ["significant", "loglik_significant"]] = [bool(flag), bool(ll_flag)]
+    for column in FLAGS:
+        table[column] = table[column].astype(bool)
     return pd.DataFrame(table)
+
+
+def corrected(intervals: list[Interval]) -> list[bool]:
+    """Holm's correction over one metric's variants (one without an interval is not counted): each flag says the
+    change survives it and its interval excludes 0."""
+    return [bool(flag) and (i.lo > 0 or i.hi < 0) for flag, i in zip(holm([i.p for i in intervals]), intervals)]
+
+
+def loglik_flags(table: Any) -> list[bool]:
+    """`loglik_significant` of prune.csv rows that have a gold-loglikelihood interval; for a prune.csv written
+    before that column, the same rule from the interval alone: p normal from its half-width / 1.96 (conservative
+    where the interval is a t interval), Holm over the rows given."""
+    if "loglik_significant" in table and "loglik_p_value" in table and table["loglik_p_value"].notna().all():
+        return [bool(flag) for flag in table["loglik_significant"]]
+    se = (table["loglik_hi"] - table["loglik_lo"]) / (2 * Z95)
+    p = [math.erfc(abs(d) / s / math.sqrt(2)) if s > 0 else (1.0 if d == 0 else 0.0)
+         for d, s in zip(table["loglik_delta"], se)]
+    return [bool(flag) and (lo > 0 or hi < 0) for flag, lo, hi in zip(holm(p), table["loglik_lo"], table["loglik_hi"])]
+
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% point
 
 
 def change_interval(old: Wide, new: Wide, metric: str, task: str, groups: dict, label: str | None,

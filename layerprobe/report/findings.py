@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from layerprobe.evaluation.metric import has_baseline
-from layerprobe.metrics.paired import holm
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.runs.read import Run
 
@@ -153,20 +151,15 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     return out
 
 
-Z95 = 1.959963984540054  # the standard normal's 97.5% point
-
-
 def _loglik_measured(order: Any) -> list[str]:
     """Multiple choice: what the gold answer's loglikelihood (continuous, paired: it moves where 0/1 accuracy does
-    not) says, with the same rule: p from its paired interval (normal, half-width / 1.96: conservative where the
-    interval is a t interval), Holm over the removals that have one."""
+    not) says, with the same rule as dP: Holm over the removals that have an interval (evaluation/records.py)."""
+    from layerprobe.evaluation.records import loglik_flags
+
     if "loglik_lo" not in order or order["loglik_lo"].isna().all():
         return []
     known = order.dropna(subset=["loglik_delta", "loglik_lo", "loglik_hi"])
-    se = (known["loglik_hi"] - known["loglik_lo"]) / (2 * Z95)
-    p = [math.erfc(abs(d) / s / math.sqrt(2)) if s > 0 else (1.0 if d == 0 else 0.0)
-         for d, s in zip(known["loglik_delta"], se)]
-    flagged = known[holm(p)]
+    flagged = known[loglik_flags(known)]
     if flagged.empty:
         return [f"The gold answer's loglikelihood (a continuous paired score) does not separate them either: no "
                 f"change survives Holm's correction over the {len(known)} removals."]

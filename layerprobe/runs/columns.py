@@ -75,6 +75,10 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "per character, as acc_norm normalizes), nats", "nats", optional=True),
     Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
     Column("loglik_hi", "upper end of its paired 95% interval", "nats", optional=True),
+    Column("loglik_p_value", "two-sided p-value of loglik_delta = 0 before correction (Student's t over the "
+           "per-document differences)", optional=True),
+    Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the variants of this "
+           "metric, as `significant` decides for dP (False without an interval)", number=False, optional=True),
 )
 RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned model's rows once
     Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'", key=True, number=False),

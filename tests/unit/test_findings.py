@@ -163,6 +163,20 @@ def test_the_gold_loglikelihood_sentence_names_exactly_what_holm_keeps_from_its_
     assert "does not separate them either" in sentence(prune_findings(run), "The gold answer's loglikelihood")
 
 
+def test_the_gold_loglikelihood_sentence_reads_the_tables_own_holm_verdict():
+    """A prune.csv with loglik_p_value and loglik_significant (written by evaluation/records.py from the records'
+    t test): the sentence names exactly the rows flagged there, not a verdict re-derived from the intervals."""
+    run = sweep_with_records({1: (3, 1), 2: (2, 0)}, layers=4)
+    table = run.tables["prune"]
+    hand = {"0": (-5.0, -6.0, -4.0, 1e-9, False), "1": (-1.0, -2.2, 0.2, 0.1, False),
+            "2": (1.5, 1.0, 2.0, 1e-6, True), "3": (-0.8, -1.0, -0.6, 1e-5, True)}
+    for i, column in enumerate(("loglik_delta", "loglik_lo", "loglik_hi", "loglik_p_value", "loglik_significant")):
+        table[column] = [hand[r][i] for r in table["removed"]]
+    text = sentence(prune_findings(run), "The gold answer's loglikelihood")
+    assert "drops measurably without 1 of 4, most without 3 (-0.8, -1 to -0.6)" in text
+    assert "it rises without 1: 2 (+1.5, +1 to +2)" in text and "0 (-5" not in text
+
+
 def test_one_document_ranks_nothing():
     """MMLU --limit 1: records of one question give no interval and the baseline no stderr: no layer is named as
     least or most important."""
