@@ -3,6 +3,7 @@ each against an independent reference (a hand-written peft loop, peft's own merg
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 import transformers
@@ -312,6 +313,17 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
     resumed = invoke(*args, "--out", str(tmp_path / "cut"), "--resume")
     assert resumed.exit_code == 0, resumed.output
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "cut" / "curve.csv"), curve)
+    # each healed set's per-sequence records give its healed ppl (exp of the summed NLL over the positions), and
+    # the resumed run keeps the first set's records exactly
+    records = {name: pd.read_csv(tmp_path / name / "samples.csv.gz", dtype={"removed": str})
+               for name in ("whole", "cut")}
+    pd.testing.assert_frame_equal(records["cut"], records["whole"])
+    for row in curve.itertuples():
+        mine = records["whole"][records["whole"]["removed"] == f"{row.removed} healed"]
+        assert np.exp(mine["total"].sum() / mine["tokens"].sum()) == pytest.approx(row.healed_score, rel=1e-9)
+        assert row.heal_change == pytest.approx(row.healed_score - row.score, rel=1e-9)
+        assert row.heal_change_lo < row.heal_change < row.heal_change_hi and row.healed_delta == pytest.approx(
+            row.healed_score - reference["healed_baseline"], rel=1e-9)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -12,6 +12,7 @@ import pytest
 import torch
 import transformers
 from safetensors.torch import load_file
+from scipy import stats
 
 from .helpers import assert_error, independent_pruned, invoke, reload_without_layerprobe
 
@@ -253,6 +254,29 @@ def test_curve_healed_by_lstsq_equals_heal_and_refuses_block_zero_per_set(model_
         if removed.startswith("0"):  # bi picks block 0 on this model: no block before it, left unrepaired
             assert curve.loc[curve["removed"].astype(str) == removed, "healed_score"].isna().all()
             assert any(w.startswith(f"--heal left {removed} unrepaired: Block 0") for w in summary["warnings"])
+    # the healed sets' records (per held-out sequence) reproduce healed_score, and the paired intervals are the
+    # hand ones: every sequence has the same positions, so kl's ratio interval is a paired t interval of
+    # per-sequence means (n - 1 degrees of freedom)
+    records = pd.read_csv(out / "samples.csv.gz", dtype={"removed": str})
+    by = {label: rows.sort_values("doc_id") for label, rows in records.groupby("removed")}
+    assert (by["unpruned healed"]["total"] == 0).all()  # a replacement leaves the unpruned model as it is
+    for row in curve[curve["healed_score"].notna()].itertuples():
+        mine, unhealed = by[f"{row.removed} healed"], by[str(row.removed)]
+        assert mine["tokens"].nunique() == 1 and mine["doc_id"].tolist() == unhealed["doc_id"].tolist()
+        assert mine["total"].sum() / mine["tokens"].sum() == pytest.approx(row.healed_score, rel=1e-9)
+        for before, columns in ((by["unpruned healed"], ("healed_delta", "healed_delta_lo", "healed_delta_hi")),
+                                (unhealed, ("heal_change", "heal_change_lo", "heal_change_hi"))):
+            d = (mine["total"].to_numpy() - before["total"].to_numpy()) / mine["tokens"].to_numpy()
+            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            assert [getattr(row, c) for c in columns] == pytest.approx([d.mean(), d.mean() - half, d.mean() + half],
+                                                                       rel=1e-9, abs=1e-12)
+    assert curve.loc[curve["healed_score"].isna(), ["healed_delta", "heal_change_lo"]].isna().all().all()
+    # report states them; compare reads a healed curve (its records hold the healed sets too) against itself
+    report = invoke("report", str(out), "--out", str(tmp_path / "report"))
+    assert report.exit_code == 0, report.output
+    assert "paired 95% intervals over the probe sequences" in (tmp_path / "report" / "report.md").read_text()
+    same = invoke("compare", str(out), str(out))
+    assert same.exit_code == 0, same.output
 
 
 @pytest.mark.parametrize("args,needle", [

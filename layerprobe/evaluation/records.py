@@ -19,6 +19,12 @@ from layerprobe.errors import NumericsError
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
+HEALED = " healed"  # a healed curve's records: '<set> healed', and 'unpruned healed' for its reference
+
+
+def healed_label(label: str) -> str:
+    """The `removed` value of a healed set's records (label '' : the unpruned model healed alike)."""
+    return (label or UNPRUNED) + HEALED
 FILE = "samples.csv.gz"
 REPRODUCE_RTOL = 1e-9  # records must give the table's score to this relative precision, else no interval
 # the columns every records file has, in order (docs: runs/columns.py RECORDS); each per-document metric of the
@@ -262,6 +268,34 @@ def corrected(intervals: list[Interval]) -> list[bool]:
     """Holm's correction over one metric's variants (one without an interval is not counted): each flag says the
     change survives it and its interval excludes 0."""
     return [bool(flag) and (i.lo > 0 or i.hi < 0) for flag, i in zip(holm([i.p for i in intervals]), intervals)]
+
+
+def _paired(wide: Wide, column: str, stat: Statistic, before: str, after: str) -> Interval:
+    """The paired interval of score(after) - score(before) over the documents both have records of (missing
+    where either has none, or they cover other documents)."""
+    values, tokens = wide.column(column), wide.column("tokens")
+    if values is None or before not in values or after not in values:
+        return Interval.missing()
+    pair = values[[before, after]]
+    if pair.isna().any().any():
+        return Interval.missing()
+    strata = pair.index.get_level_values("task").to_numpy()
+    counts = None if stat.kind == "mean" else [tokens.loc[pair.index, c].to_numpy() for c in (before, after)]
+    return contrast(stat, strata, [pair[before].to_numpy(), pair[after].to_numpy()], [-1.0, 1.0], counts)
+
+
+def healed_intervals(records: list[dict] | None, metric: str, labels: list[str]) -> dict[str, tuple[Interval, Interval]]:
+    """A healed curve: per set label, (healed score - the unpruned model healed alike, healed score - the set's
+    unhealed score), each with its paired interval over the probe sequences; sets without healed records left out."""
+    if not records:
+        return {}
+    wide = Wide(frame(records))
+    column, stat = statistic(metric)
+    values = wide.column(column)
+    reference = healed_label("")
+    return {label: (_paired(wide, column, stat, reference, healed_label(label)),
+                    _paired(wide, column, stat, label, healed_label(label)))
+            for label in labels if values is not None and healed_label(label) in values}
 
 
 def loglik_flags(table: Any) -> list[bool]:

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from layerprobe.config import HealConfig, TrainSettings
 from layerprobe.errors import NumericsError, numerics_fix
-from layerprobe.evaluation.taskfree import finish, metric_sum
+from layerprobe.evaluation.taskfree import finish, metric_rows, metric_sum
 from layerprobe.models.lora import load_optimizer_tensors, load_trained_tensors, optimizer_tensors, trained_tensors
 from layerprobe.models.training import lr_factor
 from layerprobe.progress import Progress
@@ -48,9 +48,10 @@ def logits(model: Any, ids: Any) -> Any:
     return model(input_ids=ids, use_cache=False).logits
 
 
-def heldout_scores(models: Models, data: Data) -> tuple[float, float]:
+def heldout_scores(models: Models, data: Data, sequences: dict | None = None) -> tuple[float, float]:
     """(ppl of the shortened model, mean KL(unpruned || shortened)) on the held-out batches: the same sums as
-    `prune --task ppl` and `--task kl` (evaluation/metric.py)."""
+    `prune --task ppl` and `--task kl` (evaluation/metric.py); `sequences`, if given, gets each metric's
+    [sum, positions] per held-out sequence (a healed curve's records)."""
     import torch
 
     sums = {"ppl": [0.0, 0], "kl": [0.0, 0]}
@@ -60,9 +61,11 @@ def heldout_scores(models: Models, data: Data) -> tuple[float, float]:
             ids = batch.input_ids.to(models.device)
             original, pruned = logits(models.teacher, ids), logits(models.student, ids)
             for metric, slot in sums.items():
-                total, count = metric_sum(metric, original, pruned, ids)
+                total, count, rows = metric_rows(metric, original, pruned, ids)
                 slot[0] += total
                 slot[1] += count
+                if sequences is not None:
+                    sequences.setdefault(metric, []).extend(rows)
     models.student.train()
     return finish("ppl", *sums["ppl"]), finish("kl", *sums["kl"])
 

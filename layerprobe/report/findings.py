@@ -337,9 +337,23 @@ def _healed(run: Run) -> list[str]:
     out = []
     for strategy, rows in table.groupby("strategy", sort=False):
         last = rows.sort_values("k").iloc[-1]
-        out.append(f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
-                   f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}.")
+        text = (f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
+                f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}")
+        out.append(text + _healed_intervals(last) + ".")
     return out
+
+
+def _healed_intervals(row: Any) -> str:
+    """What the paired intervals over the probe sequences say of a healed point (curve.csv's healed columns)."""
+    if "heal_change_lo" not in row or row["heal_change_lo"] != row["heal_change_lo"]:
+        return ""
+
+    def said(lo: float, hi: float) -> str:
+        return "0 inside it" if lo <= 0 <= hi else "excludes 0"
+    return (f" (paired 95% intervals over the probe sequences: the repair's change {row['heal_change_lo']:+.3g} to "
+            f"{row['heal_change_hi']:+.3g}, {said(row['heal_change_lo'], row['heal_change_hi'])}; healed minus the "
+            f"reference {row['healed_delta_lo']:+.3g} to {row['healed_delta_hi']:+.3g}, "
+            f"{said(row['healed_delta_lo'], row['healed_delta_hi'])})")
 
 
 def costliest(prune: Run, k: int) -> list[int]:

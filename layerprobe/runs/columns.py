@@ -81,7 +81,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "metric, as `significant` decides for dP (False without an interval)", number=False, optional=True),
 )
 RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned model's rows once
-    Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'", key=True, number=False),
+    Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'; a healed curve's sets as '<removed> healed' and 'unpruned healed'", key=True, number=False),
     Column("task", "the lm-eval task (a group's subtask) the document belongs to; squad; ppl, kl or drift",
            key=True, number=False),
     Column("doc_id", "lm-eval's doc_id; the question's position (squad); the packed sequence's position (ppl, kl, "
@@ -112,6 +112,16 @@ CURVE = (  # curve.csv: one row per (strategy, k)
            "tolerance", number=False),
     Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
            optional=True),
+)
+CURVE_HEALED = (  # curve.csv with --heal: paired intervals over the probe sequences, from the healed records
+    Column("healed_delta", "--heal: healed_score - the unpruned model healed alike (summary.json healed_baseline)",
+           optional=True),
+    Column("healed_delta_lo", "lower end of its paired 95% interval (as delta_lo)", optional=True),
+    Column("healed_delta_hi", "upper end of its paired 95% interval", optional=True),
+    Column("heal_change", "--heal: healed_score - score, what the repair changed (kl, ppl: negative is better)",
+           optional=True),
+    Column("heal_change_lo", "lower end of its paired 95% interval", optional=True),
+    Column("heal_change_hi", "upper end of its paired 95% interval", optional=True),
 )
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("norm", "the normalization placement", key=True, number=False),
@@ -183,7 +193,7 @@ REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run
 )
 CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))
 TABLES = {"layers.csv": LAYERS, "angular.csv": ANGULAR, "prune.csv": PRUNE + PAIRED, "scores.csv": PRUNE + PAIRED,
-          "curve.csv": CURVE + CURVE_PAIRED, "samples.csv.gz": RECORDS,
+          "curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "samples.csv.gz": RECORDS,
           "gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "toy.csv": TOY, "heal.csv": HEAL, "replace.csv": REPLACE,
           "monitor.csv": MONITOR, "training.csv": TRAINING}
 
@@ -204,7 +214,7 @@ def render_columns() -> str:
         if table == "scores.csv":
             continue  # prune.csv's columns
         if table == "samples.csv.gz":
-            lines += ["## `samples.csv.gz`", "", "Per-document records of every scored sweep (`prune`, `prune --curve`, "
+            lines += ["## `samples.csv.gz`", "", "Per-document records of every scored sweep (`prune`, `prune --curve` and its healed sets, "
                       "`merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed "
                       "CSV. prune.csv's and curve.csv's intervals are computed from them; a score reproduced from "
                       "them matches prune.csv's to 1e-9, or its interval is left empty.", ""]

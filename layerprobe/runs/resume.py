@@ -88,6 +88,7 @@ class Ledger:
             # the unpruned rows are saved before any variant's (and before an lm-eval sweep's baseline)
             done = self.done()
             kept = done | ({records.UNPRUNED} if done or self.state.get("baseline") is not None else set())
+            kept |= {records.healed_label(label) for label in self.state.get("healed", {})}  # a healed curve's sets
             self.records = [r for r in records.read(folder) or [] if str(r["removed"]) in kept]
 
     def done(self) -> set[str]:

@@ -73,6 +73,12 @@ def test_a_healed_curve_is_read_against_the_unpruned_model_healed_alike():
                "healed_baseline": 14.5, "curve": {"angular": {"max_k": 0, "removed": "", "score": None}}}
     text = " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
     assert "angular healed (20 LoRA steps): without 2 layers ppl 30 -> 17, against 14.5 for the unpruned" in text
+    assert "paired 95% intervals" not in text  # a curve written before the healed intervals: none stated
+    rows[-1] |= {"heal_change": -13.0, "heal_change_lo": -15.0, "heal_change_hi": -11.0, "healed_delta": 2.5,
+                 "healed_delta_lo": -0.5, "healed_delta_hi": 5.5}
+    text = " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
+    assert ("the repair's change -15 to -11, excludes 0; healed minus the reference -0.5 to +5.5, 0 inside it"
+            in text)
     summary["heal_steps"] = 0  # not healed: no such sentence
     assert "healed" not in " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
 

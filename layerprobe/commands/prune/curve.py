@@ -28,6 +28,7 @@ from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
 from layerprobe.evaluation.metric import tolerance_edge, within
 from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import PARTS, Variant
+from layerprobe.evaluation.records import healed_intervals
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug
@@ -35,13 +36,14 @@ from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import CURVE, CURVE_PAIRED as PAIRED_COLUMNS, names
+from layerprobe.runs.columns import CURVE, CURVE_HEALED as HEALED_COLUMNS, CURVE_PAIRED as PAIRED_COLUMNS, names
 from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
 from layerprobe.settings import takes
 
 CURVE_COLUMNS = names(CURVE)  # runs/columns.py
 CURVE_PAIRED = names(PAIRED_COLUMNS)  # the paired interval of each point's delta (evaluation/records.py)
+CURVE_HEALED = names(HEALED_COLUMNS)  # --heal: the healed points' paired intervals
 
 CurveRun = RunResult  # tables: curve (CURVE_COLUMNS), scores (the prune rows of every scored set)
 
@@ -204,23 +206,35 @@ def judged(row: dict, higher: bool, keep_by: str) -> float:
     return row["baseline"] + worse_end
 
 
+def _healed_columns(found: tuple | None) -> dict:
+    """CURVE_HEALED's values of one point from healed_intervals' (vs the healed reference, vs unhealed) pair."""
+    if found is None:
+        return dict.fromkeys(CURVE_HEALED, math.nan)
+    to_reference, change = found
+    return {"healed_delta": to_reference.delta, "healed_delta_lo": to_reference.lo,
+            "healed_delta_hi": to_reference.hi, "heal_change": change.delta, "heal_change_lo": change.lo,
+            "heal_change_hi": change.hi}
+
+
 def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int,
-                healed: dict | None = None, keep_by: str = "point") -> Any:
-    """curve.csv: per strategy and k, the set removed and its score (and, with --heal-steps, its healed score)."""
+                healed: dict | None = None, keep_by: str = "point", healed_found: dict | None = None) -> Any:
+    """curve.csv: per strategy and k, the set removed and its score (and, with --heal, its healed score and the
+    healed point's paired intervals, `healed_found`: evaluation.records.healed_intervals)."""
     import pandas as pd
 
     scored = {(str(r["removed"]), r["metric"]): r for r in rows}
     table = []
     for strategy, by_k in sets.items():
         for k, ids in by_k.items():
-            row = scored[(Variant.of(ids).label, metric)]
-            table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": Variant.of(ids).label,
+            row, label = scored[(Variant.of(ids).label, metric)], Variant.of(ids).label
+            table.append({"strategy": strategy, "k": k, "fraction": k / num_layers, "removed": label,
                           "metric": metric, "baseline": row["baseline"], "score": row["pruned"],
                           "delta": row["delta"],
                           "within": within(metric, higher, row["baseline"], judged(row, higher, keep_by), keep),
-                          "healed_score": (healed or {}).get(Variant.of(ids).label, math.nan),
-                          **{c: row.get(c, False if c == "significant" else math.nan) for c in CURVE_PAIRED}})
-    return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED)
+                          "healed_score": (healed or {}).get(label, math.nan),
+                          **{c: row.get(c, False if c == "significant" else math.nan) for c in CURVE_PAIRED},
+                          **_healed_columns((healed_found or {}).get(label))})
+    return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED + CURVE_HEALED)
 
 
 def verdicts(table: Any) -> dict:
@@ -281,8 +295,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
                           task.facts(job).get("groups"))
+    healed_found = healed_intervals(ledger.records, metric, [v.label for v in job.variants]) if healed else None
     table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed,
-                        settings.keep_by)
+                        settings.keep_by, healed_found)
     baseline = float(table["baseline"].iloc[0])
     chance = chance_of(config.task, metric)  # drawn as a line on the plot
     if task.needs_corpus and "greedy" in settings.strategies:

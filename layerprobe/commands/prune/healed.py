@@ -13,6 +13,7 @@ from typing import Any
 
 from layerprobe.config import REPLACEMENTS, HealConfig, PruneConfig
 from layerprobe.errors import ArchitectureError, ConfigError, NumericsError
+from layerprobe.evaluation.records import healed_label, sequence_rows
 from layerprobe.evaluation.variants import Variant, ranges_label
 from layerprobe.models.layers import find_blocks
 from layerprobe.models.lora import lora_targets, with_lora
@@ -58,22 +59,23 @@ class _NoSave:
         return None
 
 
-def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric: str) -> float:
-    """The task's metric (ppl or kl, on the probe tokens) of the model without `ids`, repaired on a copy; an
-    ArchitectureError where a replacement would not be exact."""
+def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric: str) -> tuple[float, list[dict]]:
+    """The task's metric (ppl or kl, on the probe tokens) of the model without `ids`, repaired on a copy, and its
+    per-sequence records; an ArchitectureError where a replacement would not be exact."""
     with probe.loaded.as_saved():
         student = copy.deepcopy(probe.model)
     stack = find_blocks(student, probe.stack.path)
+    sequences: dict = {}
     if settings.method in REPLACEMENTS:
         repair(student, stack, ids, list(data.train), settings.method, settings.ridge, settings.cosine_steps,
                settings.cosine_lr, probe.device, lambda *a: None)
         with removed_layers(student, ids, stack):
-            ppl, kl = heldout_scores(Models(student, probe.model, probe.device), data)
+            ppl, kl = heldout_scores(Models(student, probe.model, probe.device), data, sequences)
         value = float(ppl if metric == "ppl" else kl)
         if not math.isfinite(value):  # never a healed curve point scored NaN
             raise NumericsError(f"--heal {settings.method}: the repaired set {ranges_label(ids)} scores a NaN or "
                                 f"infinite {metric}: run with --dtype float32, or repair that set with `layerprobe heal --ridge 1e-3`.")
-        return value
+        return value, sequence_rows(metric, sequences[metric])
     with removed_layers(student, ids, stack) as short:
         if settings.method == "lora":
             trained = with_lora(student, lora_targets(student, short, ()), settings.lora_rank, settings.lora_alpha,
@@ -81,10 +83,13 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
         else:
             tail_only_trainable(student, short, settings.tail_blocks)
             trained = student
-        healing: Healing = heal_loop(settings, Models(trained, probe.model, probe.device), data, _NoSave(),
-                                     lambda *a: None, lambda rows: None, rate="--heal-lr")
+        models = Models(trained, probe.model, probe.device)
+        healing: Healing = heal_loop(settings, models, data, _NoSave(), lambda *a: None, lambda rows: None,
+                                     rate="--heal-lr")
+        heldout_scores(models, data, sequences)  # once more, per sequence: the records (the same sums)
     last = healing.rows[-1]
-    return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"])
+    return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"]), sequence_rows(metric,
+                                                                                                sequences[metric])
 
 
 UNPRUNED = ""  # the healed-sets key of the unpruned model, healed the same way: the fair reference
@@ -94,8 +99,9 @@ def heal_sets(config: PruneConfig, probe: Any, variants: list[Variant], ledger: 
               progress: Progress) -> dict[str, float]:
     """Set label -> its score after healing, for every scored set and for the unpruned model (key UNPRUNED: the
     same steps on the same text also adapt a model with every layer to the corpus, so a healed set is compared
-    with it, not with the unhealed baseline; a replacement leaves it as it is). Saved after each, resumed from the
-    ledger; a set a replacement cannot repair is NaN, its reason in the ledger's heal_refused."""
+    with it, not with the unhealed baseline; a replacement leaves it as it is). Saved after each with its
+    per-sequence records (removed: '<set> healed', 'unpruned healed'), resumed from the ledger; a set a replacement
+    cannot repair is NaN, its reason in the ledger's heal_refused."""
     if not heal_method(config):
         return {}
     settings = _settings(config)
@@ -108,7 +114,8 @@ def heal_sets(config: PruneConfig, probe: Any, variants: list[Variant], ledger: 
     for label in wanted:
         if label not in healed:
             try:
-                healed[label] = heal_one(probe, removed[label], settings, data, config.task)
+                healed[label], rows = heal_one(probe, removed[label], settings, data, config.task)
+                ledger.add_records(healed_label(label), rows)  # before its score: done only with its records
             except ArchitectureError as exc:  # this set only (block 0, an MoE block before it): the curve goes on
                 healed[label], refused[label] = None, str(exc)  # JSON: null
             ledger.save_state(healed=healed, heal_refused=refused)
