@@ -31,6 +31,11 @@ def curve_plot(table: Any, metric: str, baseline: float, chance: float | None, e
             ax.plot([0.0, *rows["fraction"]], [start, *rows["healed_score"]], color=colour, marker=marker,
                     markersize=3, linewidth=1.1, linestyle="--", markerfacecolor="none",
                     label=f"{known.label if known else strategy}, healed")
+            if "healed_delta_lo" in rows and rows["healed_delta_lo"].notna().any():  # its paired interval, hatched
+                healed = rows[rows["healed_delta_lo"].notna()]
+                ax.fill_between(healed["fraction"], start + healed["healed_delta_lo"],
+                                start + healed["healed_delta_hi"], facecolor="none", edgecolor=colour, alpha=0.35,
+                                hatch="////", linewidth=0)
     if baseline != 0:  # kl and drift: the unpruned model's 0 is the axis itself (the curves start there)
         ax.axhline(baseline, color="black", linewidth=0.9, linestyle="--", label=f"unpruned ({baseline:.4g})")
     if healed_baseline is not None:  # the same healing also adapts the unpruned model to the corpus
