@@ -111,16 +111,22 @@ def test_lstsq_maps_folds_and_outputs_match_hand_references(arch, remove, runs, 
     assert list(table["run"].astype(str)) == labels and (table["mse_fitted"] <= table["mse_removed"]).all()
 
 
-def test_heldout_before_and_after_are_the_shortened_and_repaired_models_scores(model_dirs, tmp_path):
+@pytest.mark.parametrize("arch,remove,drop", [("llama", "2", [2]), ("qwen2", "1,3", [1, 3])])
+def test_heldout_before_and_after_are_the_shortened_and_repaired_models_scores(arch, remove, drop, model_dirs,
+                                                                               tmp_path):
+    """The scores (computed with the blocks before the first fold run once per batch) are those of plain forwards
+    of the unpruned model, a shortened model built here by copying weights, and the merged/ checkpoint."""
     from .helpers import reference_metric
 
-    folder, out = model_dirs["llama"], tmp_path / "run"
-    result = invoke("heal", str(folder), "--remove", "2", "--method", "lstsq", *FIT, "--out", str(out))
+    folder, out = model_dirs[arch], tmp_path / "run"
+    result = invoke("heal", str(folder), "--remove", remove, "--method", "lstsq", *FIT, "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, [2])
+    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, drop)
     repaired = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").eval()
+    assert summary["heldout_unpruned_ppl"] == pytest.approx(reference_metric("ppl", full, full, folder, 256, 32, 4),
+                                                           rel=1e-5)
     for when, model in (("heldout_before", removed), ("heldout_after", repaired)):
         assert summary[when]["ppl"] == pytest.approx(reference_metric("ppl", full, model, folder, 256, 32, 4), rel=1e-5)
         assert summary[when]["kl"] == pytest.approx(reference_metric("kl", full, model, folder, 256, 32, 4),
@@ -165,6 +171,23 @@ def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):
     expected = hand_forward(full, torch.tensor([[5, 6, 7, 8]]), {(1, 2): maps["1-2"]}).flatten()
     assert facts["layers"] == facts["blocks"] == 2
     torch.testing.assert_close(torch.tensor(facts["logits"]), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_gain_is_off_by_default_for_replacement_and_on_with_the_flag(model_dirs, tmp_path):
+    """The gain's timing (seconds of prefill and generate) is not run by default for lstsq; --gain records it, with
+    the KV cache counted here by hand (4 and 3 blocks)."""
+    from .test_heal import kv_bytes_by_hand
+
+    folder, fit = model_dirs["llama"], [*DATA, "--calibration-tokens", str(CALIBRATION)]
+    for flag, out in (([], tmp_path / "default"), (["--gain"], tmp_path / "gain")):
+        result = invoke("heal", str(folder), "--remove", "2", "--method", "lstsq", *fit, *flag, "--out", str(out))
+        assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "default" / "summary.json").read_text())["gain"] is None
+    assert json.loads((tmp_path / "default" / "merged" / "layerprobe-removal.json").read_text())["gain"] is None
+    gain = json.loads((tmp_path / "gain" / "summary.json").read_text())["gain"]
+    assert gain["kv_cache_bytes_per_token_original"] == kv_bytes_by_hand(folder, 4)
+    assert gain["kv_cache_bytes_per_token_exported"] == kv_bytes_by_hand(folder, 3)
+    assert gain["decode_tokens_per_second_exported"] > 0  # measured, never asserted against a speed
 
 
 def tiny_refused(kind: str, folder, tokenizer):

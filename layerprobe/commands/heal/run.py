@@ -140,8 +140,8 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
     calibration = {"dataset": probe.corpus.description, "tokens": tokens, "first_position": data.first_position,
                    "last_position": data.first_position + tokens - 1, "sequences": int(data.train.shape[0] *
                                                                                       data.train.shape[1])}
+    scores = paired_scores(probe.model, student, probe.stack.path, ids, data.heldout, probe.device, progress)
     with removed_layers(student, ids, stack):
-        scores = paired_scores(probe.model, student, repaired, data.heldout, probe.device)
         healed = {"method": config.method, "ridge": config.ridge, "calibration": calibration,
                   "cosine_steps": config.cosine_steps if config.method == "cosine" else None,
                   "heldout_before": dict(zip(("ppl", "kl"), scores["before"])),
