@@ -142,14 +142,25 @@ def cosine_objective(T: np.ndarray, m, x, y) -> float:
 
 
 def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
+    """cosine lowers its objective from the lstsq start at a working rate; at --cosine-lr 1e30 no step improves on
+    it, the lstsq map is kept, and the run says so (warning, summary.json, replace.csv) instead of passing for a
+    cosine fit."""
     folder = model_dirs["qwen2"]
-    maps = {}
-    for method in ("lstsq", "cosine"):
+    maps, outputs = {}, {}
+    for method, lr in (("lstsq", "1e-3"), ("cosine", "1e-3"), ("cosine-huge", "1e30")):
         out = tmp_path / method
-        result = invoke("heal", str(folder), "--remove", "2", "--method", method, "--cosine-steps", "50",
-                        "--cosine-lr", "1e-3", *FIT, "--out", str(out))
+        result = invoke("heal", str(folder), "--remove", "2", "--method", method.split("-")[0], "--cosine-steps",
+                        "50", "--cosine-lr", lr, *FIT, "--out", str(out))
         assert result.exit_code == 0, result.output
-        maps[method] = load_file(out / "transform.safetensors")["2"].numpy()
+        maps[method], outputs[method] = load_file(out / "transform.safetensors")["2"].numpy(), result.output
+    summaries = {k: json.loads((tmp_path / k / "summary.json").read_text()) for k in maps}
+    assert summaries["lstsq"]["cosine_kept_lstsq"] is None and summaries["cosine"]["cosine_kept_lstsq"] == []
+    assert summaries["cosine-huge"]["cosine_kept_lstsq"] == ["2"]
+    assert "lstsq map was kept" in outputs["cosine-huge"] and "lstsq map was kept" not in outputs["cosine"]
+    assert any("lstsq map was kept" in w for w in summaries["cosine-huge"]["warnings"])
+    kept = json.loads((tmp_path / "cosine-huge" / "merged" / "layerprobe-removal.json").read_text())["healing"]
+    assert kept["cosine_kept_lstsq"] == ["2"]
+    assert [str(v) for v in pd.read_csv(tmp_path / "cosine-huge" / "replace.csv")["cosine_kept_lstsq"]] == ["True"]
     full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     record: dict = {}
     for ids in calibration_batches(folder):
@@ -159,6 +170,7 @@ def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
     assert cosine < lstsq  # 50 Adam steps from the lstsq map lower the cosine distance on the calibration tokens
     row = pd.read_csv(tmp_path / "cosine" / "replace.csv").iloc[0]
     assert row["cosine_fitted"] == pytest.approx(cosine, rel=1e-5) and row["cosine_lstsq"] == pytest.approx(lstsq, rel=1e-4)
+    np.testing.assert_allclose(maps["cosine-huge"], naive_lstsq(record[2, 2]), rtol=1e-6, atol=1e-8)
 
 
 def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):

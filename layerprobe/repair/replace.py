@@ -56,8 +56,25 @@ def fit_run(method: str, acts: Any, ridge: float, steps: int, lr: float) -> tupl
                    "mse_fitted": _mse(m.double() @ T + x_in.double() - m.double(), x_out),
                    "cosine_removed": float(cosine_loss(eye, m.double(), x_in.double(), x_out.double())),
                    "cosine_fitted": float(cosine_loss(T, m.double(), x_in.double(), x_out.double())),
-                   "cosine_lstsq": history[0] if history else None}
+                   "cosine_lstsq": history[0] if history else None,
+                   "cosine_kept_lstsq": kept_start(history) if history else None}
     return T, numbers
+
+
+def kept_start(history: list[float]) -> bool:
+    """No Adam step lowered the cosine objective below the lstsq start's (fit_cosine then returns the start): a
+    --cosine-lr too large (or too small to move a float32 objective) makes cosine an lstsq fit."""
+    return not any(value < history[0] for value in history[1:])
+
+
+def cosine_warning(rows: list[dict], lr: float) -> str | None:
+    """heal's warning where cosine kept the lstsq map of a run (replace.csv's cosine_kept_lstsq)."""
+    kept = [row["run"] for row in rows if row.get("cosine_kept_lstsq")]
+    if not kept:
+        return None
+    return (f"--method cosine: no Adam step at --cosine-lr {lr:g} lowered the cosine objective below the lstsq "
+            f"start for run {', '.join(kept)}: its lstsq map was kept (the result is lstsq's); try another "
+            "--cosine-lr (default 1e-4).")
 
 
 def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, method: str, ridge: float,
