@@ -583,6 +583,10 @@ def test_a_curve_of_other_weights_or_another_directory(model_dirs, tmp_path, mon
                         "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h"), "other weights")
     allowed = invoke("export", model_dirs["llama"], *common, "--allow-other-weights", "--out", tmp_path / "e3")
     assert allowed.exit_code == 0, allowed.output
+    healed = invoke("heal", model_dirs["llama"], "--from-curve", curve, "--strategy", "last", "--k", "1",
+                    "--allow-other-weights", "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h2")
+    assert healed.exit_code == 0, healed.output
+    assert json.loads((tmp_path / "h2" / "summary.json").read_text())["removed_layers"] == [3]  # the curve's choice
     summary = json.loads((curve / "summary.json").read_text())
     del summary["model"]
     (curve / "summary.json").write_text(json.dumps(summary))
