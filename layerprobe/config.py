@@ -302,8 +302,9 @@ class HealConfig:
     eval_every: int = setting(50, minimum=1, help="Score the held-out text every N steps (heal.csv).")
     save_every: int = setting(50, minimum=1, numbers=False, help="Save adapters, optimizer, RNG and step every N "
                               "steps: a kill loses at most the steps since, --resume continues.")
-    gain: bool = setting(True, numbers=False, negative=True, help="Time the original and shortened models "
-                         "(prefill, decode with generate) for the record.")
+    gain: bool | None = setting(None, numbers=False, negative=True, help="Time the original and shortened models "
+                                "(prefill, decode with generate) for the record (default: on for --method lora and "
+                                "tail; off for lstsq and cosine, whose timing would take longer than their repair).")
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/heal).")
     overwrite: bool = setting(False, **_OVERWRITE)
     resume: bool = setting(False, numbers=False, help="Continue an interrupted healing in --out from its last save.")

@@ -232,33 +232,32 @@ def test_a_non_finite_healing_step_names_its_cause():
     _check_step(base, 1, "--lr", "torch.float32", 1.0, 1e6)  # finite: goes on
 
 
-def test_a_non_finite_repair_score_is_an_error():
+def test_a_non_finite_repair_score_is_an_error(model_dirs):
     """lstsq/cosine: held-out scores of the folded model (heal) that come out NaN are one line naming the cause
     (the maps: --ridge; the checkpoint before any map: --dtype float32), never a merged/ scored NaN."""
     import torch
+    import transformers
 
     from layerprobe.repair.replace import paired_scores
     from layerprobe.errors import NumericsError
 
-    ids = torch.tensor([[1, 2, 3, 4]])
-    good = torch.randn(1, 4, 8)
-    heldout = [SimpleNamespace(input_ids=ids)]
-    repaired = SimpleNamespace(originals=[], folded=[])
+    heldout = [SimpleNamespace(input_ids=torch.tensor([[1, 2, 3, 4, 5, 6]]))]
 
-    def model(logits):
-        return lambda input_ids, use_cache: SimpleNamespace(logits=logits)
+    def model():
+        return transformers.AutoModelForCausalLM.from_pretrained(model_dirs["llama"]).eval()
 
-    assert set(paired_scores(model(good), model(good), repaired, heldout, "cpu")) == {"before", "after", "unpruned"}
-    for teacher, needle in ((good.clone().fill_(math.nan), "before any map"),):
-        with pytest.raises(NumericsError, match=needle):
-            paired_scores(model(teacher), model(good), repaired, heldout, "cpu")
-    calls = iter([good, good.clone().fill_(math.inf)])  # before the folds: finite; after: not
+    def score(teacher, student):
+        return paired_scores(teacher, student, "model.layers", [2], heldout, "cpu")
 
-    def student(input_ids, use_cache):
-        return SimpleNamespace(logits=next(calls))
-
+    good = model()
+    assert set(score(good, model())) == {"before", "after", "unpruned"}
+    nan_teacher, inf_fold = model(), model()
+    nan_teacher.model.embed_tokens.weight.data.fill_(math.nan)
+    inf_fold.model.layers[1].mlp.down_proj.weight.data.fill_(math.inf)  # the projection the map of block 2 folds into
+    with pytest.raises(NumericsError, match="before any map"):
+        score(nan_teacher, model())
     with pytest.raises(NumericsError, match="the folded maps make it: raise --ridge"):
-        paired_scores(model(good), student, repaired, heldout, "cpu")
+        score(good, inf_fold)
 
 
 @pytest.fixture(scope="module")
@@ -584,6 +583,10 @@ def test_a_curve_of_other_weights_or_another_directory(model_dirs, tmp_path, mon
                         "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h"), "other weights")
     allowed = invoke("export", model_dirs["llama"], *common, "--allow-other-weights", "--out", tmp_path / "e3")
     assert allowed.exit_code == 0, allowed.output
+    healed = invoke("heal", model_dirs["llama"], "--from-curve", curve, "--strategy", "last", "--k", "1",
+                    "--allow-other-weights", "--steps", "1", "--no-gain", *TINY, "--out", tmp_path / "h2")
+    assert healed.exit_code == 0, healed.output
+    assert json.loads((tmp_path / "h2" / "summary.json").read_text())["removed_layers"] == [3]  # the curve's choice
     summary = json.loads((curve / "summary.json").read_text())
     del summary["model"]
     (curve / "summary.json").write_text(json.dumps(summary))

@@ -252,13 +252,17 @@ def test_a_run_killed_before_its_first_save_resumes_from_the_start(model_dirs, t
 
 
 def test_an_angular_run_of_other_weights_is_refused_as_input(model_dirs, tmp_path):
-    """Same layer count, other weights (qwen2 and llama both have 4 blocks): never correlated or used by a curve."""
+    """Same layer count, other weights (qwen2 and llama both have 4 blocks): never correlated or used by a curve,
+    unless --allow-other-weights."""
     common = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "32", "--batch-size", "2", "--device", "cpu"]
     assert invoke("angular", str(model_dirs["qwen2"]), *common, "--out", str(tmp_path / "a")).exit_code == 0
     for extra in ([], ["--curve", "--strategies", "angular", "--max-removed", "1"]):
         result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", *common, *extra, "--angular",
                         str(tmp_path / "a"), "--out", str(tmp_path / f"p{len(extra)}"))
         assert_error(result, "measured other weights")
+    allowed = invoke("prune", str(model_dirs["llama"]), "--task", "kl", *common, "--angular", str(tmp_path / "a"),
+                     "--allow-other-weights", "--out", str(tmp_path / "allowed"))  # the user says so: it is used
+    assert allowed.exit_code == 0, allowed.output
 
 
 @pytest.mark.parametrize("text", ["[tool]\nlayerprobe = 5\n", "[tool.layerprobe\nmodel = 'x'\n"])

@@ -112,16 +112,22 @@ def test_lstsq_maps_folds_and_outputs_match_hand_references(arch, remove, runs, 
     assert list(table["run"].astype(str)) == labels and (table["mse_fitted"] <= table["mse_removed"]).all()
 
 
-def test_heldout_before_and_after_are_the_shortened_and_repaired_models_scores(model_dirs, tmp_path):
+@pytest.mark.parametrize("arch,remove,drop", [("llama", "2", [2]), ("qwen2", "1,3", [1, 3])])
+def test_heldout_before_and_after_are_the_shortened_and_repaired_models_scores(arch, remove, drop, model_dirs,
+                                                                               tmp_path):
+    """The scores (computed with the blocks before the first fold run once per batch) are those of plain forwards
+    of the unpruned model, a shortened model built here by copying weights, and the merged/ checkpoint."""
     from .helpers import reference_metric
 
-    folder, out = model_dirs["llama"], tmp_path / "run"
-    result = invoke("heal", str(folder), "--remove", "2", "--method", "lstsq", *FIT, "--out", str(out))
+    folder, out = model_dirs[arch], tmp_path / "run"
+    result = invoke("heal", str(folder), "--remove", remove, "--method", "lstsq", *FIT, "--out", str(out))
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, [2])
+    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, drop)
     repaired = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").eval()
+    assert summary["heldout_unpruned_ppl"] == pytest.approx(reference_metric("ppl", full, full, folder, 256, 32, 4),
+                                                           rel=1e-5)
     for when, model in (("heldout_before", removed), ("heldout_after", repaired)):
         assert summary[when]["ppl"] == pytest.approx(reference_metric("ppl", full, model, folder, 256, 32, 4), rel=1e-5)
         assert summary[when]["kl"] == pytest.approx(reference_metric("kl", full, model, folder, 256, 32, 4),
@@ -137,14 +143,25 @@ def cosine_objective(T: np.ndarray, m, x, y) -> float:
 
 
 def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
+    """cosine lowers its objective from the lstsq start at a working rate; at --cosine-lr 1e30 no step improves on
+    it, the lstsq map is kept, and the run says so (warning, summary.json, replace.csv) instead of passing for a
+    cosine fit."""
     folder = model_dirs["qwen2"]
-    maps = {}
-    for method in ("lstsq", "cosine"):
+    maps, outputs = {}, {}
+    for method, lr in (("lstsq", "1e-3"), ("cosine", "1e-3"), ("cosine-huge", "1e30")):
         out = tmp_path / method
-        result = invoke("heal", str(folder), "--remove", "2", "--method", method, "--cosine-steps", "50",
-                        "--cosine-lr", "1e-3", *FIT, "--out", str(out))
+        result = invoke("heal", str(folder), "--remove", "2", "--method", method.split("-")[0], "--cosine-steps",
+                        "50", "--cosine-lr", lr, *FIT, "--out", str(out))
         assert result.exit_code == 0, result.output
-        maps[method] = load_file(out / "transform.safetensors")["2"].numpy()
+        maps[method], outputs[method] = load_file(out / "transform.safetensors")["2"].numpy(), result.output
+    summaries = {k: json.loads((tmp_path / k / "summary.json").read_text()) for k in maps}
+    assert summaries["lstsq"]["cosine_kept_lstsq"] is None and summaries["cosine"]["cosine_kept_lstsq"] == []
+    assert summaries["cosine-huge"]["cosine_kept_lstsq"] == ["2"]
+    assert "lstsq map was kept" in outputs["cosine-huge"] and "lstsq map was kept" not in outputs["cosine"]
+    assert any("lstsq map was kept" in w for w in summaries["cosine-huge"]["warnings"])
+    kept = json.loads((tmp_path / "cosine-huge" / "merged" / "layerprobe-removal.json").read_text())["healing"]
+    assert kept["cosine_kept_lstsq"] == ["2"]
+    assert [str(v) for v in pd.read_csv(tmp_path / "cosine-huge" / "replace.csv")["cosine_kept_lstsq"]] == ["True"]
     full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
     record: dict = {}
     for ids in calibration_batches(folder):
@@ -154,6 +171,7 @@ def test_cosine_is_no_worse_than_lstsq_on_its_objective(model_dirs, tmp_path):
     assert cosine < lstsq  # 50 Adam steps from the lstsq map lower the cosine distance on the calibration tokens
     row = pd.read_csv(tmp_path / "cosine" / "replace.csv").iloc[0]
     assert row["cosine_fitted"] == pytest.approx(cosine, rel=1e-5) and row["cosine_lstsq"] == pytest.approx(lstsq, rel=1e-4)
+    np.testing.assert_allclose(maps["cosine-huge"], naive_lstsq(record[2, 2]), rtol=1e-6, atol=1e-8)
 
 
 def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):
@@ -166,6 +184,23 @@ def test_merged_folder_reloads_without_layerprobe(model_dirs, tmp_path):
     expected = hand_forward(full, torch.tensor([[5, 6, 7, 8]]), {(1, 2): maps["1-2"]}).flatten()
     assert facts["layers"] == facts["blocks"] == 2
     torch.testing.assert_close(torch.tensor(facts["logits"]), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_gain_is_off_by_default_for_replacement_and_on_with_the_flag(model_dirs, tmp_path):
+    """The gain's timing (seconds of prefill and generate) is not run by default for lstsq; --gain records it, with
+    the KV cache counted here by hand (4 and 3 blocks)."""
+    from .test_heal import kv_bytes_by_hand
+
+    folder, fit = model_dirs["llama"], [*DATA, "--calibration-tokens", str(CALIBRATION)]
+    for flag, out in (([], tmp_path / "default"), (["--gain"], tmp_path / "gain")):
+        result = invoke("heal", str(folder), "--remove", "2", "--method", "lstsq", *fit, *flag, "--out", str(out))
+        assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "default" / "summary.json").read_text())["gain"] is None
+    assert json.loads((tmp_path / "default" / "merged" / "layerprobe-removal.json").read_text())["gain"] is None
+    gain = json.loads((tmp_path / "gain" / "summary.json").read_text())["gain"]
+    assert gain["kv_cache_bytes_per_token_original"] == kv_bytes_by_hand(folder, 4)
+    assert gain["kv_cache_bytes_per_token_exported"] == kv_bytes_by_hand(folder, 3)
+    assert gain["decode_tokens_per_second_exported"] > 0  # measured, never asserted against a speed
 
 
 def tiny_refused(kind: str, folder, tokenizer):

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerprobe.errors import NumericsError
-from layerprobe.evaluation.taskfree import finish, metric_sum
+from layerprobe.evaluation.taskfree import Original, finish, metric_sum
 from layerprobe.evaluation.variants import ranges_label
-from layerprobe.models.layers import BlockStack, fold_target
+from layerprobe.hooks import BlockCapture, produced_inside, replay_from
+from layerprobe.models.layers import BlockStack, find_blocks, fold_target
 from layerprobe.models.replacement import collect, contiguous_runs, cosine_loss, fit_cosine, fit_lstsq, fold
-from layerprobe.models.surgery import removed_layers
-from layerprobe.progress import Progress
+from layerprobe.models.surgery import removed_layers, tail_only
+from layerprobe.progress import Progress, silent
 
 
 def fold_targets(model: Any, stack: BlockStack, ids: list[int]) -> list[Any]:
@@ -26,23 +27,15 @@ def fold_targets(model: Any, stack: BlockStack, ids: list[int]) -> list[Any]:
 
 @dataclass
 class Repair:
-    """What the fits did: the maps (run label -> T, float64), replace.csv's rows, the projections with their weights
-    before the fold (to score the unrepaired model on the same pass), and the working time."""
+    """What the fits did: the maps (run label -> T, float64), replace.csv's rows and the working time."""
 
     transforms: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
-    originals: list = field(default_factory=list)  # (module, weight, bias or None) before the fold
-    folded: list = field(default_factory=list)  # (module, weight, bias or None) after
     seconds: float = 0.0
 
 
 def _mse(made: Any, x_out: Any) -> float:
     return float(((made.double() - x_out.double()) ** 2).sum(-1).mean())
-
-
-def _snapshot(module: Any) -> tuple:
-    bias = getattr(module, "bias", None)
-    return module, module.weight.detach().clone(), None if bias is None else bias.detach().clone()
 
 
 def fit_run(method: str, acts: Any, ridge: float, steps: int, lr: float) -> tuple[Any, dict]:
@@ -63,8 +56,25 @@ def fit_run(method: str, acts: Any, ridge: float, steps: int, lr: float) -> tupl
                    "mse_fitted": _mse(m.double() @ T + x_in.double() - m.double(), x_out),
                    "cosine_removed": float(cosine_loss(eye, m.double(), x_in.double(), x_out.double())),
                    "cosine_fitted": float(cosine_loss(T, m.double(), x_in.double(), x_out.double())),
-                   "cosine_lstsq": history[0] if history else None}
+                   "cosine_lstsq": history[0] if history else None,
+                   "cosine_kept_lstsq": kept_start(history) if history else None}
     return T, numbers
+
+
+def kept_start(history: list[float]) -> bool:
+    """No Adam step lowered the cosine objective below the lstsq start's (fit_cosine then returns the start): a
+    --cosine-lr too large (or too small to move a float32 objective) makes cosine an lstsq fit."""
+    return not any(value < history[0] for value in history[1:])
+
+
+def cosine_warning(rows: list[dict], lr: float) -> str | None:
+    """heal's warning where cosine kept the lstsq map of a run (replace.csv's cosine_kept_lstsq)."""
+    kept = [row["run"] for row in rows if row.get("cosine_kept_lstsq")]
+    if not kept:
+        return None
+    return (f"--method cosine: no Adam step at --cosine-lr {lr:g} lowered the cosine objective below the lstsq "
+            f"start for run {', '.join(kept)}: its lstsq map was kept (the result is lstsq's); try another "
+            "--cosine-lr (default 1e-4).")
 
 
 def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, method: str, ridge: float,
@@ -79,9 +89,7 @@ def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, meth
         with removed_layers(model, done, stack):
             acts = collect(model, projection, stack.blocks[first], stack.blocks[last], calibration, device)
         T, numbers = fit_run(method, acts, ridge, steps, lr)
-        result.originals.append(_snapshot(projection))
         fold(projection, T)
-        result.folded.append(_snapshot(projection))
         label = ranges_label(list(range(first, last + 1)))
         result.transforms[label] = T
         seconds = time.perf_counter() - clock
@@ -93,38 +101,57 @@ def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, meth
     return result
 
 
-def _use(state: list) -> None:
-    for module, weight, bias in state:
-        module.weight.data.copy_(weight)
-        if bias is not None:
-            module.bias.data.copy_(bias)
+def _batch_logits(teacher: Any, student: Any, stacks: tuple, ids: list[int], tokens: Any) -> tuple:
+    """(unpruned, before, after) logits of one batch, the blocks they share run once: the unpruned forward records
+    every block's input; the shortened model restarts from the input of its first removed block, the repaired one
+    from the input of the block before it (the first whose weights differ: its folded projection), each through its
+    own final norm and head. Where a removed block feeds later blocks' arguments (hooks.produced_inside), a replay of
+    their recorded calls would be wrong: the shortened models are run whole instead."""
+    first = min(ids)
+    with BlockCapture(stacks[0], keep_calls=True) as capture:
+        original = teacher(input_ids=tokens, use_cache=False).logits
+        states, calls = list(capture.states), list(capture.calls)
+    outputs = []
+    for model, stack, start in ((teacher, stacks[0], first), (student, stacks[1], first - 1)):
+        if produced_inside(calls) & set(ids):
+            with removed_layers(model, ids, stack):
+                outputs.append(model(input_ids=tokens, use_cache=False).logits)
+            continue
+        hidden = replay_from(list(stack.blocks), calls, states[start], start, skip=set(ids))
+        with tail_only(model, stack) as replay:
+            replay.like(capture)
+            replay.value = hidden
+            outputs.append(model(input_ids=tokens, use_cache=False).logits)
+    return original, *outputs
 
 
-def paired_scores(teacher: Any, student: Any, repaired: Repair, heldout: list, device: str) -> dict:
-    """Held-out ppl and kl of the shortened model before and after the folds, and the unpruned model's ppl, in one
-    pass (the unpruned logits once per batch): {'before': (ppl, kl), 'after': (ppl, kl), 'unpruned': ppl}."""
+def paired_scores(teacher: Any, student: Any, stack_path: str, ids: list[int], heldout: list, device: str,
+                  progress: Progress = silent) -> dict:
+    """Held-out ppl and kl of the shortened model before the folds (the unpruned model without `ids`) and after
+    (`student`, every block present, its projections folded, without `ids`), and the unpruned model's ppl, on the
+    same batches: {'before': (ppl, kl), 'after': (ppl, kl), 'unpruned': ppl}. The blocks before the first folded one
+    are run once per batch (_batch_logits: the same numbers as three plain forwards)."""
     import torch
 
+    stacks = (find_blocks(teacher, stack_path), find_blocks(student, stack_path))
     sums = {key: [0.0, 0] for key in ("before ppl", "before kl", "after ppl", "after kl", "unpruned ppl")}
 
-    def add(key: str, original: Any, pruned: Any, ids: Any) -> None:
-        total, count = metric_sum(key.split()[1], original, pruned, ids)
+    def add(key: str, reference: Any, pruned: Any, tokens: Any) -> None:
+        total, count = metric_sum(key.split()[1], reference, pruned, tokens)
         sums[key][0] += total
         sums[key][1] += count
 
-    try:
-        with torch.no_grad():
-            for batch in heldout:
-                ids = batch.input_ids.to(device)
-                original = teacher(input_ids=ids, use_cache=False).logits
-                add("unpruned ppl", original, original, ids)
-                for when, state in (("before", repaired.originals), ("after", repaired.folded)):
-                    _use(state)
-                    pruned = student(input_ids=ids, use_cache=False).logits
-                    add(f"{when} ppl", original, pruned, ids)
-                    add(f"{when} kl", original, pruned, ids)
-    finally:
-        _use(repaired.folded)
+    progress("held-out scores", 0, len(heldout))
+    with torch.no_grad():
+        for number, batch in enumerate(heldout, 1):
+            tokens = batch.input_ids.to(device)
+            logits = _batch_logits(teacher, student, stacks, ids, tokens)
+            reference = Original("kl", logits[0])  # log p and p once for both kl
+            add("unpruned ppl", reference, logits[0], tokens)
+            for when, pruned in (("before", logits[1]), ("after", logits[2])):
+                add(f"{when} ppl", reference, pruned, tokens)
+                add(f"{when} kl", reference, pruned, tokens)
+            progress("held-out scores", number, len(heldout))
     value = {key: finish(key.split()[1], *slot) for key, slot in sums.items()}
     bad = [key for key, number in value.items() if not math.isfinite(number)]
     if bad:  # never a merged/ scored NaN

@@ -189,6 +189,8 @@ REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run
     Column("cosine_removed", "mean of 1 - cos(x_in, x_out): plain removal"),
     Column("cosine_fitted", "mean of 1 - cos(x_in - m + m T, x_out) with the fitted T"),
     Column("cosine_lstsq", "--method cosine: the cosine objective of the lstsq start (empty for lstsq)"),
+    Column("cosine_kept_lstsq", "--method cosine: True where no Adam step improved on the lstsq start, so the "
+           "lstsq map was kept (empty for lstsq)", number=False),
     Column("seconds", "wall time of the capture, the fit and the fold", "s"),
 )
 CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))

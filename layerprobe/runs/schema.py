@@ -167,6 +167,9 @@ SUMMARIES: dict[str, tuple[Key, ...]] = {
             "first_position and last_position (corpus positions, after the held-out text)", required=False),
         Key("transform", S, "--method lstsq|cosine: transform.safetensors, every map T (float64) by its run",
             required=False),
+        Key("cosine_kept_lstsq", L, "--method cosine: the runs whose lstsq map was kept, no Adam step improving "
+            "on it (a warning says so; empty: cosine moved every map; null for other methods)", required=False,
+            optional=True),
         Key("repair_seconds", F, "wall time of the repair alone: training steps, or capture, fit and fold",
             required=False),
         Key("heldout_before", D, "ppl and kl of the shortened model on the held-out text before healing"),

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from layerprobe.config import ExportConfig, HealConfig
+from layerprobe.config import REPLACEMENTS, ExportConfig, HealConfig
 from layerprobe.data.packing import max_sequence_length
 from layerprobe.errors import RunError
 from layerprobe.evaluation.variants import ranges_label
@@ -52,10 +52,11 @@ def _publish(target: Path, write: Callable[[Path], None]) -> None:
 
 
 def _gain(config: HealConfig, probe: Any, ids: list[int]) -> dict | None:
-    """export's gain (models/gain.py) on the unpruned model with the same blocks removed, at export's defaults."""
+    """export's gain (models/gain.py) on the unpruned model with the same blocks removed, at export's defaults;
+    None where --no-gain, or by default for the replacement methods (--gain times them too)."""
     import torch
 
-    if not config.gain:
+    if not (config.gain if config.gain is not None else config.method not in REPLACEMENTS):
         return None
     timing = ExportConfig()
     longest = max_sequence_length(probe.model, probe.tokenizer)

@@ -32,7 +32,7 @@ from layerprobe.removal import (REMOVAL_FILE, check_record_ids, check_weights, f
                                 recorded_weights)
 from layerprobe.repair.data import load_data
 from layerprobe.repair.loop import Data, Models, heal_loop, row
-from layerprobe.repair.replace import fold_targets, paired_scores, repair
+from layerprobe.repair.replace import cosine_warning, fold_targets, paired_scores, repair
 from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.runs.columns import REPLACE, names
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug, write_csv
@@ -136,14 +136,19 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
                       config.cosine_lr, probe.device, progress)
     write_transforms(folder / TRANSFORM_FILE, repaired.transforms, {"method": config.method, "ridge": config.ridge})
     write_csv(folder / "replace.csv", pd.DataFrame(repaired.rows, columns=names(REPLACE)))
+    cosine = config.method == "cosine"
+    warning = cosine_warning(repaired.rows, config.cosine_lr) if cosine else None
+    if warning:
+        probe.warnings.append(warning)
+    kept = [r["run"] for r in repaired.rows if r["cosine_kept_lstsq"]] if cosine else None
     tokens = int(data.train.numel())
     calibration = {"dataset": probe.corpus.description, "tokens": tokens, "first_position": data.first_position,
                    "last_position": data.first_position + tokens - 1, "sequences": int(data.train.shape[0] *
                                                                                       data.train.shape[1])}
+    scores = paired_scores(probe.model, student, probe.stack.path, ids, data.heldout, probe.device, progress)
     with removed_layers(student, ids, stack):
-        scores = paired_scores(probe.model, student, repaired, data.heldout, probe.device)
         healed = {"method": config.method, "ridge": config.ridge, "calibration": calibration,
-                  "cosine_steps": config.cosine_steps if config.method == "cosine" else None,
+                  "cosine_steps": config.cosine_steps if cosine else None, "cosine_kept_lstsq": kept,
                   "heldout_before": dict(zip(("ppl", "kl"), scores["before"])),
                   "heldout_after": dict(zip(("ppl", "kl"), scores["after"])), "heldout_unpruned_ppl": scores["unpruned"],
                   "transform": str(folder / TRANSFORM_FILE), "exported_from": record and str(config.model.model)}
@@ -156,7 +161,7 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
                "trainable_parameters": sum(int(T.numel()) for T in repaired.transforms.values()),
                "train_tokens": tokens, "train_sequences": calibration["sequences"], "ridge": config.ridge,
                "calibration": calibration, "transform": str(folder / TRANSFORM_FILE),
-               "repair_seconds": round(repaired.seconds, 3)}
+               "cosine_kept_lstsq": kept, "repair_seconds": round(repaired.seconds, 3)}
     return details, saved, table, (f"{config.method} replacement of each removed run", 0.0)
 
 
