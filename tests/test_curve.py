@@ -129,6 +129,7 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
         module.PICKS["greedy"] = original
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     assert len(state["greedy"]) == 1 and not (tmp_path / "cut" / "summary.json").exists()
+    assert "greedy batches" in calls[:calls.index("greedy steps", 1)]  # a step's batches show before it ends
     resumed = invoke(*config_args, "--resume")
     assert resumed.exit_code == 0, resumed.output
     a, b = pd.read_csv(tmp_path / "whole" / "curve.csv"), pd.read_csv(tmp_path / "cut" / "curve.csv")

@@ -134,18 +134,19 @@ def greedy_sets(choice: Choice) -> dict[int, list[int]]:
     chosen: list[int] = list(ledger.state.get("greedy", []))
     score = score_batch_shared if config.shared_prefix else score_batch_naive
     num_layers = len(probe.stack)
+    stream = [b for b in batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
+                                 config.data.tokens) if b.tokens] if len(chosen) < k_max else []  # once, every step
+    if len(chosen) < k_max and not stream:
+        raise empty_corpus_error(probe.corpus.spec)
     while len(chosen) < k_max:
         progress("greedy steps", len(chosen), k_max)
         candidates = {c: Variant.of([*chosen, c]) for c in greedy_candidates(num_layers, chosen, ends)}
-        sums, tokens = Sums(), 0
-        stream = batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
-                         config.data.tokens)
-        for batch in stream:
+        sums = Sums()
+        for done, batch in enumerate(stream, 1):
             ids, mask = batch.input_ids.to(probe.device), batch.attention_mask.to(probe.device)
             score(probe.model, probe.stack, metric, list(candidates.values()), ids, mask, sums, config.part)
-            tokens += batch.tokens
-        if tokens == 0:
-            raise empty_corpus_error(probe.corpus.spec)
+            # a step scores every candidate on every batch: minutes on a CPU, so its batches show too
+            progress("greedy batches", len(chosen) * len(stream) + done, k_max * len(stream))
         values = {c: finish(metric, *sums.variants[v.label]) for c, v in candidates.items()}
         if not all(math.isfinite(v) for v in values.values()):
             raise NumericsError(f"The greedy strategy's {metric} is NaN or infinite at step {len(chosen) + 1} at "
