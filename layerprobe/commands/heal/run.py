@@ -152,6 +152,7 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
                   "heldout_before": dict(zip(("ppl", "kl"), scores["before"])),
                   "heldout_after": dict(zip(("ppl", "kl"), scores["after"])), "heldout_unpruned_ppl": scores["unpruned"],
                   "transform": str(folder / TRANSFORM_FILE), "exported_from": record and str(config.model.model)}
+        progress("heal outputs", 0, 3)
         saved = save_merged(folder, config, probe, student, data, ids, record, healed, progress)
     table = heal_table([row(0, float("nan"), float("nan"), scores["before"]),
                         row(1, float("nan"), float("nan"), scores["after"])])
