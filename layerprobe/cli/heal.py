@@ -11,7 +11,7 @@ from layerprobe.config import HealConfig, ModelOptions
 
 @with_settings(HealConfig, skip=("model.device_map", "model.offload", "model.quantize"), helps={
     "data.tokens": "Held-out token positions: the first of the corpus, scored before and after, never trained on "
-                   "(default 8192).",
+                   "(default 4096).",
     "data.batch_size": "Sequences per training step (default 4).",
     "data.seq_len": "Packed sequence length (default 256)."}, arguments={"model": "model.model"})
 def heal(
