@@ -31,9 +31,6 @@ def gradnorm(
             raise fail(f"{flags}: only with a checkpoint. Pass MODEL, or drop {flags} for the in-house family.")
         given = {**given, "model": None}
     config, _ = resolve_settings(GradnormConfig, given, out_name="gradnorm")
-    if config.model is not None:  # the checkpoint loads with the run's own dtype and device (model.dtype and
-        # model.device stay apart in the settings: each is in the run's identity)
-        config.model.dtype, config.model.device = config.dtype, config.device
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     if run.folder is None:

@@ -110,7 +110,7 @@ def _checkpoint(config: GradnormConfig, world: World) -> Subjects:
     # Encoders get a masked-LM loss, decoders a causal one: decided from the config, loaded once.
     encoder = peek_model_type(opts.model, opts.revision, opts.trust_remote_code, opts.gguf_file) in ENCODER_MODEL_TYPES
     loaded = load_model(opts.model, head="masked-lm" if encoder else "causal-lm", dtype=config.dtype,
-                        device=world.device(opts.device), revision=opts.revision,
+                        device=world.device(config.device), revision=opts.revision,
                         trust_remote_code=opts.trust_remote_code, device_map=opts.device_map, offload=opts.offload,
                         gguf_file=opts.gguf_file, cache=opts.cache, allow_missing=config.reinit)
     if loaded.new_head and not config.reinit:
