@@ -20,7 +20,7 @@ def angular(
     d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
     from layerprobe.commands.angular import run_angular
 
-    config, _ = resolve_settings(AngularConfig, given, out_name="angular")
+    config, _ = resolve_settings(AngularConfig, given, command="angular")
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
     if run.folder is None:

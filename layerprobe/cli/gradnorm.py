@@ -30,7 +30,7 @@ def gradnorm(
             flags = ", ".join("--" + name.split(".")[-1].replace("_", "-") for name in stray)
             raise fail(f"{flags}: only with a checkpoint. Pass MODEL, or drop {flags} for the in-house family.")
         given = {**given, "model": None}
-    config, _ = resolve_settings(GradnormConfig, given, out_name="gradnorm")
+    config, _ = resolve_settings(GradnormConfig, given, command="gradnorm")
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     if run.folder is None:

@@ -31,7 +31,6 @@ def prune(
     from layerprobe.cli.common import fail
     from layerprobe.commands.prune.run import run_prune
     from layerprobe.config import find_project_config
-    from layerprobe.evaluation.variants import shard_suffix
 
     project, _ = call(find_project_config)
     task = task or os.environ.get("LAYERPROBE_TASK") or project.get("task")
@@ -41,13 +40,11 @@ def prune(
     if curve_given and not curve:
         raise fail(f"{', '.join('--' + k.split('.')[1].replace('_', '-') for k in curve_given)} shape a removal "
                    "curve: add --curve, or drop them.")
-    part = given.get("part") or "block"
-    shard = call(shard_suffix, given.get("shard"))
-    name = f"{'curve' if curve else 'prune'}-{task}{'' if part == 'block' else '-' + part}{shard}"
-    given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None}
-    if task == "squad" and given["data"]["dataset"] is None:
-        given["data"]["dataset"] = SQUAD_DATASET
-    config, _ = resolve_settings(PruneConfig, given, out_name=name)
+    data = given["data"]
+    if task == "squad" and data["dataset"] is None:  # SQuAD's own data unless --dataset names a file
+        data = {**data, "dataset": SQUAD_DATASET}
+    given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None, "data": data}
+    config, _ = resolve_settings(PruneConfig, given, command="curve" if curve else "prune")
     if curve:
         from layerprobe.commands.prune.curve import run_curve
 

@@ -14,10 +14,13 @@ cli/); a record may hold the functions themselves instead. tests/unit/test_comma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from layerprobe.config import (AngularConfig, CurveSettings, ExportConfig, GradnormConfig, HealConfig, MonitorSettings,
                                PruneConfig, ToyConfig)
+from layerprobe.evaluation.variants import shard_suffix
+from layerprobe.runs.folder import slug
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
 
 
@@ -34,6 +37,15 @@ class Command:
     summary: tuple = ()  # runs.schema.Key records of its summary.json (a built-in's are in runs/schema.py)
     tables: dict[str, tuple] = field(default_factory=dict)  # CSV file -> runs.columns.Column records
     exports: dict[str, str] = field(default_factory=dict)  # more public names -> 'module:attribute'
+    folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
+    # default, under a [tool.layerprobe] out (the CLI), with the model in front in the demo
+
+    def out(self, config: Any, model: str | None) -> str:
+        """Where a run writes: its --out, else reports/<model>/<folder> (reports/<folder> without a model)."""
+        if config.out:
+            return config.out
+        return str(Path("reports") / slug(model) / self.folder(config)) if model else str(Path("reports") /
+                                                                                          self.folder(config))
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function `cli` or `run` holds, imported first where it is named."""
@@ -69,26 +81,45 @@ def register(command: Command) -> Command:
     return command
 
 
+def _named(name: str) -> Callable[[Any], str]:
+    """A run folder named by its command alone."""
+    return lambda config: name
+
+
+def _part(config: Any) -> str:
+    return "" if config.part == "block" else f"-{config.part}"
+
+
+def _prune_folder(config: PruneConfig) -> str:
+    """prune-<task>[-attn|-mlp][-shard-K-of-N]."""
+    return f"prune-{slug(config.task)}{_part(config)}{shard_suffix(config.shard)}"
+
+
+def _curve_folder(config: PruneConfig) -> str:
+    """curve-<task>[-attn|-mlp] (a curve takes no --shard)."""
+    return f"curve-{slug(config.task)}{_part(config)}"
+
+
 # In the order `layerprobe --help` lists them; library-only entries (curve, monitor) where they belong.
 register(Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular:run_angular",
-                 settings=AngularConfig, kind=KINDS["angular"]))
+                 settings=AngularConfig, kind=KINDS["angular"], folder=_named("angular")))
 register(Command("prune", "layerprobe.cli.prune:prune", "layerprobe.commands.prune.run:run_prune",
-                 settings=PruneConfig, kind=KINDS["prune"]))
+                 settings=PruneConfig, kind=KINDS["prune"], folder=_prune_folder))
 register(Command("curve", None, "layerprobe.commands.prune.curve:run_curve", settings=CurveSettings,
-                 kind=KINDS["curve"]))
+                 kind=KINDS["curve"], folder=_curve_folder))
 register(Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
-                 settings=GradnormConfig, kind=KINDS["gradnorm"],
+                 settings=GradnormConfig, kind=KINDS["gradnorm"], folder=_named("gradnorm"),
                  exports={"TrainSettings": "layerprobe.config:TrainSettings"}))
 register(Command("merge", "layerprobe.cli.merge:merge", "layerprobe.commands.prune.merge:merge_shards"))
 register(Command("export", "layerprobe.cli.export:export", "layerprobe.commands.export:run_export",
                  settings=ExportConfig))
 register(Command("heal", "layerprobe.cli.heal:heal", "layerprobe.commands.heal.run:run_heal", settings=HealConfig,
-                 kind=KINDS["heal"]))
+                 kind=KINDS["heal"], folder=_named("heal")))
 register(Command("report", "layerprobe.cli.report:report"))
 register(Command("compare", "layerprobe.cli.compare:compare", "layerprobe.runs.compare:compare_folders"))
 register(Command("demo", "layerprobe.cli.demo:demo"))
 register(Command("toy", "layerprobe.cli.toy:toy", "layerprobe.commands.toy:run_toy", settings=ToyConfig,
-                 kind=KINDS["toy"]))
+                 kind=KINDS["toy"], folder=_named("toy")))
 register(Command("monitor", settings=MonitorSettings, kind=KINDS["monitor"], exports={
     "LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",  # during training: a plain loop
     "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback"}))  # during training: HF Trainer

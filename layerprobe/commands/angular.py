@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands import COMMANDS
 from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
@@ -26,7 +27,7 @@ from layerprobe.plots.heatmap import angular_heatmap
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.columns import LAYERS as LAYER_COLUMNS
 from layerprobe.runs.columns import names as column_names
-from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, model_label, prepare_run_dir
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
@@ -186,7 +187,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     started, clock = start_time(), time.perf_counter()
     world = current_world()
     world.refuse_device_map(config.model.device_map)
-    out = config.out or str(Path("reports") / slug(config.model.model) / "angular")
+    out = COMMANDS["angular"].out(config, config.model.model)
     if config.resume:
         if world.size > 1:
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")

@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from layerprobe.commands import COMMANDS
 from layerprobe.config import ToyConfig
 from layerprobe.errors import ConfigError
 from layerprobe.metrics.stats import effective_rank, power_law
@@ -133,7 +134,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
             rows.append({"norm": norm, "alpha": alpha, **row})
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
-    folder = prepare_run_dir(config.out or "reports/toy", config.overwrite, command="toy")
+    folder = prepare_run_dir(COMMANDS["toy"].out(config, None), config.overwrite, command="toy")
     return write_toy_outputs(folder, table, config, started, seconds)
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands import COMMANDS
 from layerprobe.commands.gradnorm.measure import measure_gradients
 from layerprobe.commands.gradnorm.outputs import GradnormRun, aggregate, write_gradnorm_outputs
 from layerprobe.config import GradnormConfig
@@ -22,7 +23,7 @@ from layerprobe.models.load import embedded_model_dir, load_model, locate, peek_
 from layerprobe.models.placement import check_placements
 from layerprobe.models.training import lm_inputs, train
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import JobStore, check_resume
 from layerprobe.settings import identity as settings_identity, takes
@@ -273,7 +274,7 @@ def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> _Found:
 
 
 def _out(config: GradnormConfig) -> str:
-    return config.out or str(Path("reports") / slug(config.model.model if config.model else config.arch) / "gradnorm")
+    return COMMANDS["gradnorm"].out(config, config.model.model if config.model else config.arch)
 
 
 def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> JobStore:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands import COMMANDS
 from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
                                               trained_details, write_transforms)
 from layerprobe.commands.probe import open_probe, preflight
@@ -35,7 +36,7 @@ from layerprobe.repair.loop import Data, Models, heal_loop, row
 from layerprobe.repair.replace import cosine_warning, fold_targets, paired_scores, repair
 from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.runs.columns import REPLACE, names
-from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug, write_csv
+from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, write_csv
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.write import RunResult, write_run
@@ -173,7 +174,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     started, clock = start_time(), time.perf_counter()
     _checks(config)
     spec, remove, record = removal_source(config)
-    out = Path(config.out or Path("reports") / slug(spec) / "heal")
+    out = Path(COMMANDS["heal"].out(config, spec))
     if config.resume:
         check_resume(out, "heal", config)
     elif config.overwrite:  # refused before the model loads, not after

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands import COMMANDS
 from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
@@ -31,7 +32,7 @@ from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.evaluation.records import healed_intervals
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
@@ -265,8 +266,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
-    part = "" if config.part == "block" else f"-{config.part}"
-    out = config.out or str(Path("reports") / slug(config.model.model) / f"curve-{slug(config.task)}{part}")
+    out = COMMANDS["curve"].out(config, config.model.model)
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "curve", config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after
@@ -316,7 +316,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
-                        f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if part else ''}, "
+                        f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
     return write_run(folder, "curve", tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,

@@ -6,6 +6,7 @@ import dataclasses
 import time
 from pathlib import Path
 
+from layerprobe.commands import COMMANDS
 from layerprobe.commands.prune.merge import merge_shards
 from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
@@ -14,7 +15,7 @@ from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
 from layerprobe.evaluation.variants import PARTS, parse_layers, parse_shard, shard_of, shard_suffix, sweep
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir, slug
+from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.settings import takes
@@ -46,8 +47,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
-    part = "" if config.part == "block" else f"-{config.part}"
-    base = config.out or str(Path("reports") / slug(config.model.model) / f"prune-{slug(config.task)}{part}")
+    base = COMMANDS["prune"].out(dataclasses.replace(config, shard=None), config.model.model)  # the whole sweep's
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "prune", config, finished_resumes=True)
