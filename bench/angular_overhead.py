@@ -108,12 +108,12 @@ def angular(model, stack, data):
 
 
 def product_setup(args):
-    """The product's own pass (commands.angular._measure, with its checkpoint as the CLI makes it) on a Probe of
+    """The product's own pass (commands.angular.run._measure, with its checkpoint as the CLI makes it) on a Probe of
     --model, and a bare forward over the same tokenizing stream: (product, bare) zero-argument callables."""
     import tempfile
     from pathlib import Path
 
-    from layerprobe.commands.angular import _measure
+    from layerprobe.commands.angular.run import _measure
     from layerprobe.commands.probe import open_probe
     from layerprobe.config import AngularConfig, DataOptions, ModelOptions
     from layerprobe.distributed import current_world

@@ -84,7 +84,7 @@ INTERNALS = (
              files=("mmlu/default/_default_template_yaml",)),
     Internal("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "transformers",
              ("transformers.models.auto.modeling_auto:MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",),
-             "commands/angular.py (lens_head): whether a model type has a causal-LM head, from its config alone"),
+             "commands/angular/run.py (lens_head): whether a model type has a causal-LM head, from its config alone"),
     Internal("PreTrainedModel", "transformers", ("transformers:PreTrainedModel",),
              "models/inhouse/modeling.py fills its private hooks _init_weights, _no_split_modules and "
              "_tied_weights_keys (a dict, transformers 5's form; an empty one reads the same in 4.x); "

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from layerprobe.commands.angular import run_angular
+from layerprobe.commands.angular.run import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches

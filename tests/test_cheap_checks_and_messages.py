@@ -97,7 +97,7 @@ def test_report_markdown_has_no_entities_and_titles_no_local_paths(model_dirs, t
 
 
 def test_toy_progress_counts_layers_and_prints_plain_lines_in_a_log(tmp_path):
-    from layerprobe.commands.toy import run_toy
+    from layerprobe.commands.toy.run import run_toy
     from layerprobe.config import ToyConfig
 
     calls = []

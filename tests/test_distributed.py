@@ -10,7 +10,7 @@ import sys
 import pandas as pd
 import pytest
 
-from layerprobe.commands.angular import run_angular
+from layerprobe.commands.angular.run import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
 pytestmark = pytest.mark.slow  # torchrun start-up: seconds per test

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from layerprobe.commands.angular import run_angular
+from layerprobe.commands.angular.run import run_angular
 from layerprobe.config import AngularConfig, DataOptions, ModelOptions, PruneConfig
 from layerprobe.commands.prune.run import run_prune
 

@@ -12,7 +12,7 @@ import torch
 
 import layerprobe.commands.gradnorm.run as gradnorm_run
 import layerprobe.commands.probe as probe_module
-from layerprobe.commands.angular import run_angular
+from layerprobe.commands.angular.run import run_angular
 from layerprobe.commands.gradnorm.run import run_gradnorm
 from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import AngularConfig, DataOptions, GradnormConfig, ModelOptions, PruneConfig

@@ -161,7 +161,7 @@ def test_misleading_hints_fixed(tokenizer, model_dirs, tmp_path):
 
 
 def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_file, tmp_path):
-    from layerprobe.commands.angular import run_angular
+    from layerprobe.commands.angular.run import run_angular
     from layerprobe.config import AngularConfig, DataOptions, ModelOptions
 
     def config(out, **kw):
@@ -220,7 +220,7 @@ def test_ctrl_c_before_the_first_save_leaves_a_folder_that_resumes(command, mode
     """Issue 39: Ctrl-C once the folder is claimed, before anything is saved (angular: while the model loads;
     prune: as the sweep starts, the baseline's first batch) keeps the claimed folder, says so, and both
     `--resume` and the same command without it run there (no timestamped sibling), as an uninterrupted run."""
-    import layerprobe.commands.angular as angular_module
+    import layerprobe.commands.angular.run as angular_module
     import layerprobe.commands.prune.run as prune_module
 
     module, name = (angular_module, "open_probe") if command[0] == "angular" else (prune_module, "Ledger")
@@ -261,7 +261,7 @@ def test_a_taken_out_is_said_on_the_first_line(model_dirs, tmp_path):
 
 
 def test_an_error_before_any_work_still_leaves_no_folder(model_dirs, tmp_path, monkeypatch):
-    import layerprobe.commands.angular as angular_module
+    import layerprobe.commands.angular.run as angular_module
 
     def broken(*args, **kwargs):
         raise RunError("broken on purpose")

@@ -23,7 +23,7 @@ from tests.helpers import changed, invoke, replaced, snapshot
 @pytest.fixture(scope="module")
 def finished_runs(model_dirs, corpus_file, tmp_path_factory):
     """One finished run per command with --resume, on a tiny model, and the settings it ran with."""
-    from layerprobe.commands.angular import run_angular
+    from layerprobe.commands.angular.run import run_angular
     from layerprobe.commands.gradnorm.run import run_gradnorm
     from layerprobe.commands.prune.curve import run_curve
     from layerprobe.commands.prune.run import run_prune
@@ -112,7 +112,7 @@ def test_layers_csv_is_written_as_its_column_records_say(model_dirs, corpus_file
     """layers.csv's columns, in order, are runs/columns.py's records: adding one is one record and its values."""
     import pandas as pd
 
-    from layerprobe.commands.angular import run_angular
+    from layerprobe.commands.angular.run import run_angular
     from layerprobe.runs.columns import LAYERS, names
 
     run = run_angular(AngularConfig(model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),

@@ -18,7 +18,7 @@ def angular(
     """Find the blocks that barely change their input, by the angular distance between block inputs.
 
     d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
-    from layerprobe.commands.angular import run_angular
+    from layerprobe.commands.angular.run import run_angular
 
     config, _ = resolve_settings(AngularConfig, given, command="angular")
     with progress_bar() as progress:

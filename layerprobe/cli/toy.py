@@ -15,7 +15,7 @@ def toy(given: dict | None = None) -> None:
     """See how each normalization placement behaves with depth in a residual-MLP toy model, no checkpoint needed.
 
     Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
-    from layerprobe.commands.toy import run_toy
+    from layerprobe.commands.toy.run import run_toy
 
     config, _ = resolve_settings(ToyConfig, given, command="toy")
     with progress_bar() as progress:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from layerprobe.commands.angular import run_angular
+from layerprobe.commands.angular.run import run_angular
 from layerprobe.commands.gradnorm.run import run_gradnorm
 from layerprobe.commands.prune.curve import run_curve
 from layerprobe.commands.prune.run import run_prune

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from layerprobe.cli import app
 from layerprobe.metrics.stats import effective_rank
-from layerprobe.commands.toy import ToyModel, measure_toy as measure
+from layerprobe.commands.toy.run import ToyModel, measure_toy as measure
 from layerprobe.config import ToyConfig
 from layerprobe.metrics.stats import power_law
 

@@ -1,1 +1,66 @@
-"""`layerprobe gradnorm`: per-layer gradient norms at init and in short training, per normalization placement."""
+"""`layerprobe gradnorm`: per-layer gradient norms at init and in short training, per normalization placement (run.py:
+the jobs, measure.py: one gradient pass, outputs.py: the folder), and its record."""
+
+from __future__ import annotations
+
+from layerprobe.commands.record import Command, named
+from layerprobe.config import GradnormConfig
+from layerprobe.runs.columns import MONITOR, Column
+from layerprobe.runs.keys import RUN, D, F, I, Key, L, S
+from layerprobe.runs.kinds import Kind
+
+GRADNORM = (  # gradnorm.csv: means over seeds and batches
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("layer", "block l", key=True),
+    Column("kind", "params (the block's parameters) or input (its input's gradient)", key=True, number=False),
+    Column("module", "block, or a sub-module of it", key=True, number=False),
+    Column("grad_norm", "L2 norm of the gradient, mean over seeds and batches", always=True),
+    Column("std", "its standard deviation over seeds and batches"),
+    Column("samples", "seeds x batches averaged"),
+    Column("step", "the training step measured (0: at initialization)", key=True),
+)
+VARIANCE = (  # variance.csv: the output variance of each block
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("step", "the training step measured", key=True),
+    Column("layer", "block l", key=True),
+    Column("variance", "variance of block l's output over hidden units, mean over seeds and batches"),
+    Column("std", "its standard deviation"),
+    Column("samples", "seeds x batches averaged"),
+)
+TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of each (placement, seed) while it trains
+    Column("placement", "the normalization placement (gradnorm.csv's norm)", key=True, number=False),
+    Column("seed", "the initialization", key=True),
+    *MONITOR,
+)
+SUMMARY = RUN + (
+    Key("model", S, "the checkpoint, or the in-house size"),
+    Key("arch", S, "in-house size", optional=True),
+    Key("dataset", S, "the corpus of the batches"),
+    Key("seq_len", I, "tokens per sequence"),
+    Key("batch_size", I, "sequences per batch"),
+    Key("seeds", I, "initializations per placement"),
+    Key("batches", I, "batches per initialization"),
+    Key("device", S, "the device"),
+    Key("dtype", S, "the parameter dtype"),
+    Key("steps", I, "training steps"),
+    Key("record_steps", L, "the steps measured"),
+    Key("peak_gpu_memory_gib", F, "peak GPU memory", optional=True),
+    Key("lr", F, "--steps: peak learning rate", required=False),
+    Key("warmup", I, "--steps: warmup steps", required=False),
+    Key("clip", F, "--steps: gradient clipping", required=False),
+    Key("placements", D, "per placement: late-over-early ratios of parameter and input gradient norms and of the "
+        "output variance"),
+    Key("final_loss", D, "--steps: the last step's mean loss per placement", required=False),
+    Key("monitor_every", I, "--steps: training.csv measured every N steps", required=False),
+    Key("training", D, "--steps: per placement (seeds averaged), the step from which the deep third's mean "
+        "d(l, 1) stays below the shallow third's (crossover_step, null: not below at the end) and the two "
+        "thirds' means at the last step", required=False),
+)
+KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
+            (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
+            "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",
+            "layerprobe.runs.compare:compare_gradnorm", settings=GradnormConfig)
+COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
+                  settings=GradnormConfig, kind=KIND, summary=SUMMARY,
+                  tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING},
+                  folder=named("gradnorm"), exports={"TrainSettings": "layerprobe.config:TrainSettings"})

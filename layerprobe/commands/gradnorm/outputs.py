@@ -12,7 +12,8 @@ from layerprobe.runs.folder import model_label
 from layerprobe.plots.gradnorm import gradnorm_figure, variance_by_step_figure
 from layerprobe.plots.monitor import training_figure
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import GRADNORM, TRAINING, names
+from layerprobe.commands.gradnorm import GRADNORM, TRAINING
+from layerprobe.runs.columns import names
 
 GradnormRun = RunResult  # tables: gradnorm, gradnorm_samples, variance (and loss with --steps)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.gradnorm import COMMAND
 from layerprobe.commands.gradnorm.measure import measure_gradients
 from layerprobe.commands.gradnorm.outputs import GradnormRun, aggregate, write_gradnorm_outputs
 from layerprobe.config import GradnormConfig
@@ -274,7 +274,7 @@ def _run_jobs(jobs: _Jobs, mine: list, stream, warnings: list[str]) -> _Found:
 
 
 def _out(config: GradnormConfig) -> str:
-    return COMMANDS["gradnorm"].out(config, config.model.model if config.model else config.arch)
+    return COMMAND.out(config, config.model.model if config.model else config.arch)
 
 
 def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> JobStore:

@@ -16,7 +16,8 @@ from layerprobe.models.gain import measure_gain
 from layerprobe.progress import Progress
 from layerprobe.removal import REMOVAL_FILE, removal_record, verify_reload
 from layerprobe.repair.loop import Healing, Models, unpruned_ppl
-from layerprobe.runs.columns import HEAL, names
+from layerprobe.commands.heal import HEAL
+from layerprobe.runs.columns import names
 from layerprobe.runs.folder import atomic_write_bytes, atomic_write_text, note_written, run_files
 
 ADAPTER, MERGED = "adapter", "merged"

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.heal import COMMAND
 from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
                                               trained_details, write_transforms)
 from layerprobe.commands.probe import open_probe, preflight
@@ -35,7 +35,8 @@ from layerprobe.repair.data import load_data
 from layerprobe.repair.loop import Data, Models, heal_loop, row
 from layerprobe.repair.replace import cosine_warning, fold_targets, paired_scores, repair
 from layerprobe.repair.tail import tail_only_trainable
-from layerprobe.runs.columns import REPLACE, names
+from layerprobe.commands.heal import REPLACE
+from layerprobe.runs.columns import names
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, write_csv
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
@@ -174,7 +175,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     started, clock = start_time(), time.perf_counter()
     _checks(config)
     spec, remove, record = removal_source(config)
-    out = Path(COMMANDS["heal"].out(config, spec))
+    out = Path(COMMAND.out(config, spec))
     if config.resume:
         check_resume(out, "heal", config)
     elif config.overwrite:  # refused before the model loads, not after

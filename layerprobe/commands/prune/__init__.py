@@ -1,1 +1,195 @@
-"""`layerprobe prune`: remove one layer or a block at a time and measure the drop."""
+"""`layerprobe prune`: remove one layer or a block at a time and measure the drop (run.py), or --curve: removal
+curves by strategy (curve.py); and the records of both run kinds (prune and curve)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from layerprobe.commands.record import Command, part_suffix
+from layerprobe.config import CurveSettings, PruneConfig
+from layerprobe.evaluation.variants import shard_suffix
+from layerprobe.runs.columns import Column
+from layerprobe.runs.folder import slug
+from layerprobe.runs.keys import CORPUS, MODEL, RUN, B, D, F, I, Key, L, S
+from layerprobe.runs.kinds import Kind
+
+PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
+    Column("layer", "the first removed layer"),
+    Column("block", "layers removed from it"),
+    Column("removed", "the removed layers, 0-based, inclusive ranges", key=True, number=False),
+    Column("metric", "the task's metric (lm-eval's name; acc/<subtask> for a group's members)", key=True, number=False),
+    Column("baseline", "the unpruned model's score"),
+    Column("pruned", "the score without the removed layers", always=True),
+    Column("delta", "dP = pruned - baseline", always=True),
+    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one"),
+    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one"),
+)
+PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the per-document records (samples.csv.gz)
+    Column("delta_stderr", "paired standard error of dP over the same documents (mean scores: sd of the per-document "
+           "differences / sqrt(n), strata-weighted for a group; kl, drift: the ratio's linearized error; ppl: the sd "
+           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records"),
+    Column("delta_lo", "lower end of dP's 95% interval (Student's t with n - 1 degrees of freedom; ppl: normal)"),
+    Column("delta_hi", "upper end of dP's 95% interval"),
+    Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
+           "exact match) over every document alike, else from the interval's statistic"),
+    Column("significant", "dP differs from 0 after Holm's correction over the variants of this metric (family-wise "
+           "error 0.05): the interval excludes 0 and survives the correction", number=False),
+    Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
+           "per character, as acc_norm normalizes), nats", "nats", optional=True),
+    Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
+    Column("loglik_hi", "upper end of its paired 95% interval", "nats", optional=True),
+    Column("loglik_p_value", "two-sided p-value of loglik_delta = 0 before correction (Student's t over the "
+           "per-document differences)", optional=True),
+    Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the variants of this "
+           "metric, as `significant` decides for dP (False without an interval)", number=False, optional=True),
+)
+RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned model's rows once
+    Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'; a healed curve's sets as '<removed> healed' and 'unpruned healed'", key=True, number=False),
+    Column("task", "the lm-eval task (a group's subtask) the document belongs to; squad; ppl, kl or drift",
+           key=True, number=False),
+    Column("doc_id", "lm-eval's doc_id; the question's position (squad); the packed sequence's position (ppl, kl, "
+           "drift)", key=True),
+    Column("gold", "multiple choice: the gold choice's index", optional=True),
+    Column("chosen", "multiple choice: the choice of highest loglikelihood (acc's pick)", optional=True),
+    Column("chosen_norm", "multiple choice: the choice of highest loglikelihood per character (acc_norm's pick)",
+           optional=True),
+    Column("gold_loglik", "multiple choice: the gold choice's loglikelihood", "nats", optional=True),
+    Column("gold_loglik_norm", "multiple choice: the gold choice's loglikelihood per character", "nats",
+           optional=True),
+    Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True),
+    Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
+           "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
+    Column("<metric>", "each per-document metric of the task, by lm-eval's name (acc, acc_norm, exact_match, ...; "
+           "squad: exact_match and f1 on the 0-100 scale): the score is their mean", optional=True),
+)
+CURVE = (  # curve.csv: one row per (strategy, k)
+    Column("strategy", "the strategy that chose the layers (strategies.py)", key=True, number=False),
+    Column("k", "layers removed", key=True),
+    Column("fraction", "k over the model's layers"),
+    Column("removed", "the layers it removed", number=False),
+    Column("metric", "the scored metric", key=True, number=False),
+    Column("baseline", "the unpruned model's score"),
+    Column("score", "the score without those layers"),
+    Column("delta", "score - baseline"),
+    Column("within", "the score (--keep-by bound: the worse end of its paired 95% interval) is within the --keep "
+           "tolerance", number=False),
+    Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
+           optional=True),
+)
+CURVE_HEALED = (  # curve.csv with --heal: paired intervals over the probe sequences, from the healed records
+    Column("healed_delta", "--heal: healed_score - the unpruned model healed alike (summary.json healed_baseline)",
+           optional=True),
+    Column("healed_delta_lo", "lower end of its paired 95% interval (as delta_lo)", optional=True),
+    Column("healed_delta_hi", "upper end of its paired 95% interval", optional=True),
+    Column("heal_change", "--heal: healed_score - score, what the repair changed (kl, ppl: negative is better)",
+           optional=True),
+    Column("heal_change_lo", "lower end of its paired 95% interval", optional=True),
+    Column("heal_change_hi", "upper end of its paired 95% interval", optional=True),
+)
+CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))
+
+CORPUS_SOME = tuple(Key(k.name, k.types, f"ppl/kl/drift (dataset: squad too): {k.meaning}", required=False,
+                        optional=k.optional) for k in CORPUS)
+SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, facts)
+    Key("questions", I, "squad: questions scored", required=False),
+    Key("windows", I, "squad: context windows scored", required=False),
+    Key("limit", F, "lm-eval/squad: --limit", required=False, optional=True),
+    Key("max_length", I, "squad: window length", required=False),
+    Key("doc_stride", I, "squad: window stride", required=False),
+    Key("num_fewshot", I, "lm-eval: few-shot examples (null: the task's default)", required=False, optional=True),
+    Key("seed", I, "lm-eval: seed", required=False),
+    Key("fewshot_seed", I, "lm-eval: few-shot sampling seed", required=False),
+    Key("shared_prefix", D, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "
+        "budget_gib), null when each variant ran on its own", required=False, optional=True),
+    Key("prefix_cache", D, "lm-eval: which path scored the requests (path: 'prefix cache', 'shared layers' or 'per "
+        "variant', and the reason when not the prefix cache), the groups of rows sharing a few-shot prefix (groups, "
+        "rows, prefix_tokens, over_memory: groups scored whole to fit --max-memory), and the block-tokens computed "
+        "(block_tokens) next to what per-variant lm-eval computes for the same rows (naive_block_tokens); counts "
+        "are this process's", required=False, optional=True),
+    Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
+    Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
+        optional=True),
+    Key("splits", D, "lm-eval: per task, the split scored, its documents and how many of them were scored (--limit)",
+        required=False),
+    Key("shard", D, "--shard K/N: index, count, sweep_variants, variants", required=False),
+    Key("groups", D, "lm-eval: each group and the leaf tasks under it (the documents of a group's metric in the "
+        "records)", required=False, optional=True),
+    Key("records", S, "the per-document records file (samples.csv.gz), null when the sweep wrote none",
+        required=False, optional=True),
+    Key("correction", S, "the multiple-testing correction of `significant` in the CSVs: holm (Holm's step-down over "
+        "the variants of each metric, family-wise error 0.05)", required=False),
+)
+PRUNE_COMMON = (
+    Key("task", S, "--task"),
+    Key("part", S, "block, attn or mlp"),
+    Key("sublayer", S, "how --part attn|mlp removed a sub-layer: branch (zeroed, norms kept) or module (skipped, its own norm too)", required=False),
+    Key("metric", S, "the metric of the summary and the plot"),
+    Key("higher_is_better", B, "the metric's direction"),
+    Key("baseline", F, "the unpruned model's score", optional=True),
+    Key("angular_run", S, "the angular run of the same model used for the correlations", optional=True),
+)
+
+PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
+    Key("block", I, "layers removed per variant"),
+    Key("variants", I, "variants scored"),
+    Key("least_important", L, "the variants whose removal costs least (at most 3)"),
+    Key("most_important", L, "the variants whose removal costs most (at most 3)"),
+    Key("spearman_angular_delta", F, "Spearman(d(l, block), dP) with the angular run", optional=True),
+    Key("spearman_delta", D, "Spearman of each cheap signal of the angular run with dP"),
+    Key("significant", L, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
+        "Holm's correction), costliest first; empty without records", required=False),
+)
+CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
+    Key("chance", F, "the task's chance accuracy, where known", optional=True),
+    Key("keep", F, "--keep: the tolerance rule's share"),
+    Key("keep_by", S, "--keep-by: what the tolerance judged, point (the score) or bound (the worse end of its "
+        "paired 95% interval)", required=False),
+    Key("max_removed", I, "largest k"),
+    Key("strategies", L, "the strategies scored"),
+    Key("greedy_metric", S, "what greedy minimized", optional=True),
+    Key("greedy_ends", S, "greedy: keep (never the first or last remaining block, SLEB's rule) or allow",
+        optional=True),
+    Key("sets_scored", I, "distinct layer sets scored"),
+    Key("heal_steps", I, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
+    Key("heal", S, "--heal: how each scored set was repaired (lstsq, cosine, lora, tail; null: not repaired)",
+        required=False, optional=True),
+    Key("heal_seconds", F, "--heal: wall time of all the repairs and their scoring in this run (a resumed run: "
+        "the part after the resume)", required=False, optional=True),
+    Key("healed_baseline", F, "--heal-steps: the unpruned model healed the same way, on the same text (the "
+        "healed curves' fair reference: the healing also adapts a model with every layer to the corpus)",
+        required=False, optional=True),
+    Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
+)
+PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
+                  (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("block", "block")),
+                  "layerprobe.report.findings:prune_findings", "layerprobe.report.tables:prune_table",
+                  "layerprobe.runs.compare:compare_prune", label_key="task",
+                  overlay="layerprobe.report.tables:prune_by_depth", settings=PruneConfig,
+                  overlay_axis=("rank of the cost (0 = cheapest)",
+                                "Cost of removing each layer, ranked within each run, by relative depth"))
+CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
+                  "Removal curves: the score as more layers go, by strategy",
+                  (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
+                   ("keep", "keep")),
+                  "layerprobe.report.findings:curve_findings", "layerprobe.report.tables:curve_table",
+                  "layerprobe.runs.compare:compare_curve", label_key="task", label_word="curve", settings=PruneConfig)
+
+
+def prune_folder(config: Any) -> str:
+    """prune-<task>[-attn|-mlp][-shard-K-of-N]."""
+    return f"prune-{slug(config.task)}{part_suffix(config)}{shard_suffix(config.shard)}"
+
+
+def curve_folder(config: Any) -> str:
+    """curve-<task>[-attn|-mlp] (a curve takes no --shard)."""
+    return f"curve-{slug(config.task)}{part_suffix(config)}"
+
+
+PRUNE_COMMAND = Command("prune", "layerprobe.cli.prune:prune", "layerprobe.commands.prune.run:run_prune",
+                        settings=PruneConfig, kind=PRUNE_KIND, summary=PRUNE_SUMMARY, folder=prune_folder,
+                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": RECORDS})
+CURVE_COMMAND = Command("curve", None, "layerprobe.commands.prune.curve:run_curve", settings=CurveSettings,
+                        kind=CURVE_KIND, summary=CURVE_SUMMARY, folder=curve_folder,
+                        tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": PRUNE + PAIRED,
+                                        "samples.csv.gz": RECORDS})
+MERGE_COMMAND = Command("merge", "layerprobe.cli.merge:merge", "layerprobe.commands.prune.merge:merge_shards")

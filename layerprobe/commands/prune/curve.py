@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.prune import CURVE_COMMAND
 from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
@@ -37,7 +37,8 @@ from layerprobe.runs.manifest import start_time
 from layerprobe.runs.read import is_run, load_run
 from layerprobe.runs.resume import Ledger, check_resume
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import CURVE, CURVE_HEALED as HEALED_COLUMNS, CURVE_PAIRED as PAIRED_COLUMNS, names
+from layerprobe.commands.prune import CURVE, CURVE_HEALED as HEALED_COLUMNS, CURVE_PAIRED as PAIRED_COLUMNS
+from layerprobe.runs.columns import names
 from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
 from layerprobe.settings import takes
@@ -169,7 +170,7 @@ def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Prog
     inner = folder / "angular"
     if is_run(inner):
         return inner  # measured before an interruption
-    from layerprobe.commands.angular import measure_into
+    from layerprobe.commands.angular.run import measure_into
 
     settings = AngularConfig(model=config.model, data=config.data, out=str(inner), overwrite=True, lens_tokens=0,
                              formats=config.formats)
@@ -266,7 +267,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     if config.shard or config.layers or config.block != 1:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
-    out = COMMANDS["curve"].out(config, config.model.model)
+    out = CURVE_COMMAND.out(config, config.model.model)
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "curve", config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after

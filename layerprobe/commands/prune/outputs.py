@@ -14,7 +14,7 @@ from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
 from layerprobe.runs.folder import model_label, read_json
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import PRUNE as PRUNE_COLUMNS
+from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS
 from layerprobe.runs.columns import names, signals
 
 COLUMNS = names(PRUNE_COLUMNS)  # runs/columns.py

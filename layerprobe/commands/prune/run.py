@@ -6,7 +6,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.prune import PRUNE_COMMAND
 from layerprobe.commands.prune.merge import merge_shards
 from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
@@ -47,7 +47,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         raise ConfigError(f"Unknown --part '{config.part}': use {', '.join(PARTS)}.")
     config, shard = _shard_for(config, world)
     progress = progress if world.main else silent
-    base = COMMANDS["prune"].out(dataclasses.replace(config, shard=None), config.model.model)  # the whole sweep's
+    base = PRUNE_COMMAND.out(dataclasses.replace(config, shard=None), config.model.model)  # the whole sweep's
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume:  # before the folder or the model is touched
         check_resume(Path(out), "prune", config, finished_resumes=True)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.angular import COMMAND
 from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
@@ -187,7 +187,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     started, clock = start_time(), time.perf_counter()
     world = current_world()
     world.refuse_device_map(config.model.device_map)
-    out = COMMANDS["angular"].out(config, config.model.model)
+    out = COMMAND.out(config, config.model.model)
     if config.resume:
         if world.size > 1:
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")

@@ -12,7 +12,7 @@ import math
 import time
 from typing import Any
 
-from layerprobe.commands import COMMANDS
+from layerprobe.commands.toy import COMMAND
 from layerprobe.config import ToyConfig
 from layerprobe.errors import ConfigError
 from layerprobe.metrics.stats import effective_rank, power_law
@@ -22,7 +22,8 @@ from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.runs.columns import TOY, names
+from layerprobe.commands.toy import TOY
+from layerprobe.runs.columns import names
 from layerprobe.settings import takes
 
 COLUMNS = names(TOY)  # runs/columns.py
@@ -134,7 +135,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
             rows.append({"norm": norm, "alpha": alpha, **row})
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
-    folder = prepare_run_dir(COMMANDS["toy"].out(config, None), config.overwrite, command="toy")
+    folder = prepare_run_dir(COMMAND.out(config, None), config.overwrite, command="toy")
     return write_toy_outputs(folder, table, config, started, seconds)
 
 

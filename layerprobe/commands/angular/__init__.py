@@ -1,0 +1,38 @@
+"""`layerprobe angular`: the angular distance between block inputs in one pass (run.py), and its record: settings,
+run-folder name, summary keys, CSV columns and how report and compare read its runs."""
+
+from __future__ import annotations
+
+from layerprobe.commands.record import Command, named
+from layerprobe.config import AngularConfig
+from layerprobe.runs.columns import LAYERS, Column
+from layerprobe.runs.keys import CORPUS, MODEL, RUN, F, I, Key, L, S
+from layerprobe.runs.kinds import Kind
+
+ANGULAR = (  # angular.csv: one row per block of n layers starting at l
+    Column("layer", "l, the first block", key=True),
+    Column("n", "blocks spanned", key=True),
+    Column("distance", "d(x_l, x_l+n) = arccos(cos)/pi, mean over positions", "[0, 1]", always=True),
+    Column("tokens", "positions measured", "positions"),
+)
+SUMMARY = RUN + MODEL + CORPUS + (
+    Key("batch_size", I, "sequences per forward"),
+    Key("positions", S, "all tokens, or the last of each sequence"),
+    Key("tokens_requested", I, "--tokens"),
+    Key("measured_positions", I, "positions in the distance sums"),
+    Key("rank_tokens", I, "positions in the effective-rank sample"),
+    Key("processes", I, "processes the pass ran on"),
+    Key("peak_gpu_memory_gib", F, "peak GPU memory", optional=True),
+    Key("logit_lens_tokens", I, "positions of the logit-lens column (0: none)"),
+    Key("prune_first", L, "per block size n: the block (layer, layers, distance) with the smallest d(l, n)"),
+)
+KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.png",
+            "Angular distance between block inputs",
+            (("normalization", "placement"), ("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
+            "layerprobe.report.findings:angular_findings", "layerprobe.report.tables:angular_table",
+            "layerprobe.runs.compare:compare_angular", overlay="layerprobe.report.tables:angular_by_depth",
+            settings=AngularConfig,
+            overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"))
+COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",
+                  settings=AngularConfig, kind=KIND, summary=SUMMARY,
+                  tables={"layers.csv": LAYERS, "angular.csv": ANGULAR}, folder=named("angular"))

@@ -1,0 +1,82 @@
+"""The Command record and COMMANDS, the one table of them: what `layerprobe.commands` fills with the built-ins (each
+package's record) and what `register` adds a new command to.
+
+A record is declarations and light functions only (settings, folder naming, summary keys, CSV columns, its Kind):
+reading it imports no torch, no numpy, no typer, so `layerprobe --help` and `import layerprobe` stay light. The
+functions that do load them (the Typer command, the library run, findings, per-layer tables, comparers) are named
+as 'module:function' and imported on first use (resolve_ref); tests/unit/test_commands.py resolves every one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from layerprobe.runs.columns import TABLES
+from layerprobe.runs.folder import slug
+from layerprobe.runs.keys import SUMMARIES
+from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
+
+
+@dataclass(frozen=True)
+class Command:
+    """Everything a command is, in one place."""
+
+    name: str  # the CLI's word and the run folders' "command"
+    cli: str | Callable | None = None  # the Typer command (cli/<name>.py); None: library only (prune --curve)
+    run: str | Callable | None = None  # the library function, public as layerprobe.<api>
+    api: str | None = None  # its public name (default: name)
+    settings: type | None = None  # its settings dataclass, public by its class name
+    kind: Kind | None = None  # how report and compare read its runs; None: it writes no run folder of its own
+    summary: tuple = ()  # runs.keys.Key records of its summary.json, in the order docs/outputs.md lists them
+    tables: dict[str, tuple] = field(default_factory=dict)  # CSV file -> runs.columns.Column records
+    exports: dict[str, str] = field(default_factory=dict)  # more public names -> 'module:attribute'
+    folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
+    # default, under a [tool.layerprobe] out (the CLI)
+
+    def out(self, config: Any, model: str | None) -> str:
+        """Where a run writes: its --out, else reports/<model>/<folder> (reports/<folder> without a model)."""
+        if config.out:
+            return config.out
+        parent = Path("reports") / slug(model) if model else Path("reports")
+        return str(parent / self.folder(config))
+
+    def function(self, attribute: str) -> Callable[..., Any]:
+        """The function `cli` or `run` holds, imported first where it is named."""
+        return resolve_ref(getattr(self, attribute))
+
+    def public(self) -> dict[str, str | Callable]:
+        """layerprobe.<name> -> what it is ('module:attribute' or the object), for the package's lazy exports."""
+        found: dict[str, Any] = {}
+        if self.run is not None:
+            found[self.api or self.name] = self.run
+        if self.settings is not None:
+            found[self.settings.__name__] = self.settings
+        return found | dict(self.exports)
+
+
+COMMANDS: dict[str, Command] = {}
+
+
+def register(command: Command) -> Command:
+    """Add a command to COMMANDS and its run format (Kind, summary keys, CSV columns) to the registries the run
+    readers use (runs/kinds.py, runs/keys.py, runs/columns.py): report, compare, load_run and docs/outputs.md."""
+    COMMANDS[command.name] = command
+    if command.kind is not None:
+        KINDS.setdefault(command.kind.name, command.kind)
+    if command.summary:
+        SUMMARIES.setdefault(command.name, tuple(command.summary))
+    for table, columns in command.tables.items():
+        TABLES.setdefault(table, tuple(columns))
+    return command
+
+
+def named(name: str) -> Callable[[Any], str]:
+    """A run folder named by its command alone."""
+    return lambda config: name
+
+
+def part_suffix(config: Any) -> str:
+    """'' for whole blocks, -attn or -mlp for a sub-layer (prune --part, a curve's)."""
+    return "" if config.part == "block" else f"-{config.part}"

@@ -1,0 +1,35 @@
+"""`layerprobe toy`: the residual-MLP depth model for every normalization placement (run.py), and its record."""
+
+from __future__ import annotations
+
+from layerprobe.commands.record import Command, named
+from layerprobe.config import ToyConfig
+from layerprobe.runs.columns import Column
+from layerprobe.runs.keys import RUN, D, I, Key, L, S
+from layerprobe.runs.kinds import Kind
+
+TOY = (  # toy.csv: the residual-MLP model by depth
+    Column("norm", "the normalization placement", number=False),
+    Column("alpha", "the branch scale"),
+    Column("layer", "block l"),
+    Column("hidden_norm", "mean ||h_l||"),
+    Column("cos_next", "mean cos(h_l, h_l+1)"),
+    Column("cos_input", "mean cos(h_l, h_0)"),
+    Column("effective_rank", "effective rank of h_l"),
+    Column("grad_norm", "gradient norm of block l's parameters"),
+)
+SUMMARY = RUN + (
+    Key("model", S, "toy"),
+    Key("num_layers", I, "residual blocks"),
+    Key("width", I, "hidden size"),
+    Key("samples", I, "Gaussian inputs"),
+    Key("alphas", L, "branch scales"),
+    Key("seed", I, "seed"),
+    Key("fits", D, "per placement and alpha: log-log slopes (with 95% intervals) over the deep half"),
+    Key("expected_pre_ln", D, "the slopes a Pre-LN random walk predicts"),
+)
+KIND = Kind("toy", (("toy.csv", True),), "toy.png", "Toy residual-MLP model (||h_l|| by layer)",
+            (("width", "width"), ("samples", "samples"), ("alphas", "alphas")),
+            "layerprobe.report.findings:toy_findings", "layerprobe.report.tables:toy_table", settings=ToyConfig)
+COMMAND = Command("toy", "layerprobe.cli.toy:toy", "layerprobe.commands.toy.run:run_toy", settings=ToyConfig,
+                  kind=KIND, summary=SUMMARY, tables={"toy.csv": TOY}, folder=named("toy"))
