@@ -78,12 +78,14 @@ MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded 
 class ModelOptions:
     """How to load the checkpoint."""
 
-    model: str | None = setting("minilm", project=True, flag="", where=True, help=MODEL_HELP)  # None: export's and heal's
+    model: str | None = setting("minilm", project=True, flag="", where=True, resolved="weights",  # None: export's and heal's
+                                help=MODEL_HELP)
     # --from-curve without MODEL (the curve run's model); any other None is refused by settings.takes
     _: KW_ONLY
-    dtype: str = setting("auto", project=True, choices=DTYPES,
+    dtype: str = setting("auto", project=True, choices=DTYPES, resolved="dtype",
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind
+                          resolved="device_kind",
                           help="auto, cpu, cuda or cuda:N.")
     revision: str | None = setting(None, help="Hub branch, tag or commit of MODEL.")
     trust_remote_code: bool = setting(False, numbers=False, help="Run the checkpoint's own code (only if you trust it).")
@@ -98,10 +100,12 @@ class ModelOptions:
                                     "a .gguf file itself. Dequantized to --dtype.")
     cache: bool = setting(True, numbers=False, negative=True, help="Keep a GGUF's dequantized weights in the user's "
                           "cache ($XDG_CACHE_HOME/layerprobe): later loads take seconds.")
-    stack: str | None = setting(None, choices=STACKS, help="Which block stack to measure in a model with several: "
+    stack: str | None = setting(None, choices=STACKS, resolved="stack",
+                                help="Which block stack to measure in a model with several: "
                                 "encoder or decoder (T5, BART), language or vision (LLaVA, Qwen2-VL); default the "
                                 "language model, or the encoder.")
-    quantize: str | None = setting(None, choices=QUANTIZE, help="Load the weights quantized with bitsandbytes: 4bit "
+    quantize: str | None = setting(None, choices=QUANTIZE, resolved="quantization",
+                                   help="Load the weights quantized with bitsandbytes: 4bit "
                                    "or 8bit (CUDA only). Checkpoints saved quantized (bitsandbytes, GPTQ, AWQ) load "
                                    "as they are.")
 
@@ -116,7 +120,8 @@ class DataOptions:
     text_field: str = setting("text", project=True, help="Column or JSON field holding the text.")
     # at least 2 each: a next-token target (ppl), and any sequence worth measuring, needs two positions
     tokens: int = setting(262144, project=True, minimum=2, help="Exact number of token positions to process.")
-    seq_len: int = setting(1024, project=True, minimum=2, help="Packed sequence length, capped at the model's maximum.")
+    seq_len: int = setting(1024, project=True, minimum=2, resolved="seq_len",
+                           help="Packed sequence length, capped at the model's maximum.")
     batch_size: int = setting(8, project=True, minimum=1, help="Sequences per forward pass.")
     seq_len_given: bool = setting(True, numbers=False, flag="", given_of="seq_len", help="False: seq_len is the "
                                   "default, capped without a word (resolve sets it: was --seq-len given?).")
@@ -136,7 +141,8 @@ class AngularConfig:
     resume: bool = setting(False, numbers=False, help="Continue an interrupted pass in --out from its last saved sums.")
     save_every: float = setting(60.0, numbers=False, minimum=0, help="Seconds between saves of the running sums for "
                                 "--resume (0 saves after every batch).")
-    lens_tokens: int | None = setting(None, minimum=0, help="Causal LMs: token positions for the logit-lens column "
+    lens_tokens: int | None = setting(None, minimum=0, resolved="lens_tokens",
+                                      help="Causal LMs: token positions for the logit-lens column "
                                       "of layers.csv (0 skips it; default min(512, 512 x 32768 / vocabulary size, "
                                       "--tokens / 64), at least 16: the lens costs far more per position with a "
                                       "large vocabulary).")
@@ -155,7 +161,8 @@ class CurveSettings:
                                           help="--curve: comma-separated, of " + "; ".join(
                                               f"{s.name} ({s.meaning})" for s in STRATEGIES.values()) + ".")
     _: KW_ONLY
-    max_removed: int | None = setting(None, minimum=1, help="--curve: largest k (default: --max-fraction of the layers).")
+    max_removed: int | None = setting(None, minimum=1, resolved="k_max",
+                                      help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
     greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
                                  "corpus, kl or ppl.")
@@ -272,7 +279,7 @@ class HealConfig:
     # sequences; 0.505 +- 0.015 at 8,192), its fall from removal 0.40 +- 0.02: heal --method lstsq runs in a minute
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=4096, seq_len=256, batch_size=4),
                                 help="The corpus: held-out text first, training text after it.")
-    remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
+    remove: str | None = setting(None, resolved="removed", help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
                                  "27; 3,7,9-11.")
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: heal a strategy's choice.")
     strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")

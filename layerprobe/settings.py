@@ -44,6 +44,8 @@ class Mark:
     # reports it as a changed setting
     given_of: str | None = None  # a bool resolve sets: whether the sibling field of this name was given (CLI,
     # environment or project file) rather than left at its default
+    resolved: str | None = None  # what the setting came to on the machine is the identity key resolved.<name> (the
+    # dtype auto picked, a capped seq_len, the weights behind a name): the command supplies it (resolved_identity)
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -115,6 +117,31 @@ def _identity(cls: type, values: Mapping, prefix: str) -> dict[str, Any]:
             found |= _identity(group, value, f"{prefix}{f.name}.")
         else:
             found[prefix + f.name] = _plain(value)
+    return found
+
+
+RESOLVED = "resolved."  # the prefix of the identity keys a setting's Mark.resolved names
+
+
+def resolved_identity(config: Any, came_to: Mapping[str, Any]) -> dict[str, Any]:
+    """{resolved.<name>: value} for every setting of `config` whose Mark names a resolved key (a group left None, such
+    as prune's curve, has none), from what the command found the settings came to (`came_to`, by those names). A
+    name declared and not supplied, or supplied and not declared, is a bug: the keys come from the marks alone."""
+    names = _resolved_names(config)
+    if set(names) != set(came_to):
+        raise RuntimeError(f"resolved identity of {type(config).__name__}: declared {sorted(names)}, supplied "
+                           f"{sorted(came_to)}")
+    return {RESOLVED + name: came_to[name] for name in names}
+
+
+def _resolved_names(config: Any) -> list[str]:
+    found = []
+    for f in fields(config):
+        mark, value = mark_of(f), getattr(config, f.name)
+        if is_dataclass(value):
+            found += _resolved_names(value)
+        elif mark is not None and mark.resolved is not None and group_of(type(config), f.name) is None:
+            found.append(mark.resolved)
     return found
 
 

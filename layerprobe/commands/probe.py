@@ -37,16 +37,18 @@ class Probe:
     def device(self) -> str:
         return self.loaded.device
 
-    def identity(self, config: Any) -> dict:
+    def identity(self, config: Any, **came_to: Any) -> dict:
         """What a --resume must match: every setting of `config` marked as changing the numbers (settings.identity),
-        and what they resolved to on this machine (dtype, device kind, sequence length, the weights' fingerprint,
-        the block stack of a model with several, quantized weights)."""
-        from layerprobe.settings import identity
+        and what those whose Mark names a resolved key came to on this machine (settings.resolved_identity): the
+        dtype, device kind, sequence length, the weights' fingerprint, the block stack of a model with several,
+        quantized weights, and what the command passes (`came_to`: curve's k_max, heal's removed blocks, ...)."""
+        from layerprobe.settings import identity, resolved_identity
 
         loaded = self.loaded
-        resolved = {"dtype": loaded.dtype, "device_kind": loaded.device.split(":")[0], "seq_len": self.seq_len,
-                    "weights": loaded.fingerprint(), "stack": self.stack_name(), "quantization": loaded.quantization}
-        return identity(config) | {f"resolved.{k}": v for k, v in resolved.items()}
+        came_to = {"dtype": loaded.dtype, "device_kind": loaded.device.split(":")[0], "seq_len": self.seq_len,
+                   "weights": loaded.fingerprint(), "stack": self.stack_name(), "quantization": loaded.quantization,
+                   **came_to}
+        return identity(config) | resolved_identity(config, came_to)
 
     def placement(self) -> dict:
         """Where the blocks normalize (models/norms.py: pre, post, peri, mix or unknown), read once from a forward."""

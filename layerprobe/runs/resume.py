@@ -14,9 +14,9 @@ from typing import Any
 from layerprobe.errors import RunError
 from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_owned, check_same_settings, read_json, write_csv,
                                     write_json)
+from layerprobe.settings import RESOLVED  # identity keys of what a setting came to on the machine (Mark.resolved)
 
 IDENTITY = "identity.json"
-RESOLVED = "resolved."  # identity keys of what the settings resolved to on the machine (known once the model loads)
 
 
 def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool = False) -> None:

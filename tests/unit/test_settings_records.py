@@ -194,3 +194,24 @@ def test_project_keys_come_from_every_command_and_where_paths_from_the_marks():
         assert set(project_keys(cls)) <= set(KEYS)
     assert set(where_paths(PruneConfig)) == {"model.model", "data.dataset", "include_path", "task_data", "mmlu_data",
                                              "angular"}
+
+
+def test_resolved_identity_keys_come_from_the_marks():
+    """The resolved.* keys a --resume checks are those the settings' marks name (a group left None has none), and a
+    command that supplies one too few or too many is a bug, never a silently different identity."""
+    from layerprobe.config import AngularConfig, CurveSettings, HealConfig, PruneConfig
+    from layerprobe.settings import resolved_identity
+
+    probe = {"dtype": "float32", "device_kind": "cpu", "seq_len": 32, "weights": "abc", "stack": None,
+             "quantization": None}
+    assert resolved_identity(PruneConfig(), probe) == {f"resolved.{k}": v for k, v in probe.items()}
+    curve = resolved_identity(PruneConfig(curve=CurveSettings()), {**probe, "k_max": 3})
+    assert curve["resolved.k_max"] == 3 and len(curve) == 7
+    assert set(resolved_identity(AngularConfig(), {**probe, "lens_tokens": 0})) == {
+        "resolved.dtype", "resolved.device_kind", "resolved.seq_len", "resolved.weights", "resolved.stack",
+        "resolved.quantization", "resolved.lens_tokens"}
+    assert resolved_identity(HealConfig(), {**probe, "removed": [2, 3]})["resolved.removed"] == [2, 3]
+    with pytest.raises(RuntimeError, match="k_max"):
+        resolved_identity(PruneConfig(curve=CurveSettings()), probe)  # declared, not supplied
+    with pytest.raises(RuntimeError, match="k_max"):
+        resolved_identity(PruneConfig(), {**probe, "k_max": 3})  # supplied, not declared

@@ -205,7 +205,7 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         lens = False
     checkpoint = None
     if world.size == 1:
-        identity = probe.identity(config) | {"resolved.lens_tokens": lens_limit(config, probe) if lens else 0, "sums": 2}
+        identity = probe.identity(config, lens_tokens=lens_limit(config, probe) if lens else 0) | {"sums": 2}
         checkpoint = PassCheckpoint(folder, identity, every=config.save_every)
         if not config.resume:
             checkpoint.clear()  # a --resume without a saved pass (killed before its first save) starts afresh

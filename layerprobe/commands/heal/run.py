@@ -109,7 +109,7 @@ def _checks(config: HealConfig) -> None:
 def _trained(config: HealConfig, probe: Any, student: Any, ids: list[int], data: Data, folder: Path,
              record: dict | None, progress: Progress) -> tuple[dict, dict, Any, Any]:
     """lora and tail: train, score, save. (details, saved, heal.csv's table, heal.png)."""
-    checkpoint = PassCheckpoint(folder, probe.identity(config) | {"resolved.removed": ids})
+    checkpoint = PassCheckpoint(folder, probe.identity(config, removed=ids))
     stack = find_blocks(student, probe.stack.path)
     with removed_layers(student, ids, stack) as short:
         if config.method == "lora":

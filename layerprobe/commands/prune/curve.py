@@ -282,7 +282,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     check_greedy_room(settings, k_max, num_layers)
     folder = prepare_run_dir(out, config.overwrite, config.resume, "curve")
     facts = probe.facts()
-    identity = probe.identity(config) | {"resolved.k_max": k_max}
+    identity = probe.identity(config, k_max=k_max)
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
     job = SweepJob(config, probe, [], ledger, progress, warnings)
     with torch.inference_mode():
