@@ -282,6 +282,8 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     Ctrl-C redoes only the unfinished ones. Rank 0 sets it up; every rank saves its own jobs."""
     out = _out(config)
     loaded = subjects.cases[0][1]
+    # gradnorm has no Probe and its own --dtype/--device: its three resolved keys are named here (the same three
+    # for the in-house family and a checkpoint, as the jobs saved by earlier versions hold them)
     identity = settings_identity(config) | {
         "resolved.dtype": subjects.dtype, "resolved.device_kind": str(subjects.device).split(":")[0],
         "resolved.weights": loaded.fingerprint() if loaded is not None else None}
