@@ -31,7 +31,7 @@ class Command:
     kind: Kind | None = None  # how report and compare read its runs; None: it writes no run folder of its own
     summary: tuple = ()  # runs.keys.Key records of its summary.json, in the order docs/outputs.md lists them
     tables: dict[str, tuple] = field(default_factory=dict)  # CSV file -> runs.columns.Column records
-    exports: dict[str, str] = field(default_factory=dict)  # more public names -> 'module:attribute'
+    exports: dict[str, Any] = field(default_factory=dict)  # more public names -> the object, or 'module:attribute'
     folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
     # default, under a [tool.layerprobe] out (the CLI)
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import layerprobe
 from layerprobe.commands import COMMANDS, register
-from layerprobe.runs.kinds import KINDS
+from layerprobe.runs.kinds import KINDS, resolve_ref
 
 runner = CliRunner()
 
@@ -21,6 +21,8 @@ def test_every_named_function_of_every_record_resolves():
                 assert callable(command.function(attribute)), f"{command.name}.{attribute}"
         if command.kind is not None:
             assert KINDS[command.name] is command.kind
+        for name, ref in command.exports.items():  # a string names a class or function; the object is one
+            assert callable(resolve_ref(ref)), f"{command.name}.exports[{name}]"
     for kind in KINDS.values():
         for attribute in ("findings", "data_table", "comparer", "overlay"):
             if getattr(kind, attribute) is not None:

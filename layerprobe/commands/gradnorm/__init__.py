@@ -4,7 +4,7 @@ the jobs, measure.py: one gradient pass, outputs.py: the folder), and its record
 from __future__ import annotations
 
 from layerprobe.commands.record import Command, named
-from layerprobe.config import GradnormConfig
+from layerprobe.config import GradnormConfig, TrainSettings
 from layerprobe.runs.columns import MONITOR, Column
 from layerprobe.runs.keys import RUN, D, F, I, Key, L, S
 from layerprobe.runs.kinds import Kind
@@ -63,4 +63,4 @@ KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "grad
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
                   tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING},
-                  folder=named("gradnorm"), exports={"TrainSettings": "layerprobe.config:TrainSettings"})
+                  folder=named("gradnorm"), exports={"TrainSettings": TrainSettings})
