@@ -82,3 +82,29 @@ def test_a_command_added_by_its_record_alone_is_everywhere(dummy, tmp_path):
     page = report_runs(["a", "c"], str(tmp_path))
     html = page.html.read_text()
     assert "Dummy numbers by layer" in html and "The largest number is 15." in html
+
+
+def test_run_folders_are_named_by_each_record():
+    """The default run folders the help texts promise (reports/<model>/prune-<task>, reports/toy, ...), from the one
+    naming function of each record; --out wins; the CLI puts the same name under a [tool.layerprobe] out."""
+    from layerprobe.config import CurveSettings, GradnormConfig, ModelOptions, PruneConfig, ToyConfig
+
+    prune = PruneConfig(task="mmlu", part="attn", shard="2/4", model=ModelOptions("org/My-Model"))
+    assert COMMANDS["prune"].out(prune, prune.model.model) == "reports/org--My-Model/prune-mmlu-attn-shard-2-of-4"
+    curve = PruneConfig(task="kl", curve=CurveSettings())
+    assert COMMANDS["curve"].out(curve, "minilm") == "reports/minilm/curve-kl"
+    assert COMMANDS["gradnorm"].out(GradnormConfig(), "llama-71m") == "reports/llama-71m/gradnorm"
+    assert COMMANDS["toy"].out(ToyConfig(), None) == "reports/toy"
+    assert COMMANDS["toy"].out(ToyConfig(out="mine"), None) == "mine"
+
+
+def test_a_project_out_is_the_parent_of_the_records_folder(tmp_path, monkeypatch):
+    from layerprobe.cli.common import resolve_settings
+    from layerprobe.config import PruneConfig
+
+    (tmp_path / "pyproject.toml").write_text('[tool.layerprobe]\nout = "ci"\n')
+    monkeypatch.chdir(tmp_path)
+    config, _ = resolve_settings(PruneConfig, {"task": "arc_easy", "part": "mlp"}, command="prune")
+    assert config.out == "ci/prune-arc_easy-mlp"
+    config, _ = resolve_settings(PruneConfig, {"task": "arc_easy", "out": "here"}, command="prune")
+    assert config.out == "here"
