@@ -194,9 +194,13 @@ def test_prefix_cache_on_and_off_give_the_same_prune_csv(models, two_subjects, t
         tables[name] = pd.read_csv(tmp_path / name / "prune.csv")
         summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())["prefix_cache"]
     exact = ["layer", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
+    derived = ["loglik_p_value"]  # a t test of loglikelihood changes: their float noise (1e-5) moves it as much
     for other in ("off", "per-variant"):  # accuracies to the last digit; mean loglikelihoods within float noise
         pd.testing.assert_frame_equal(tables["on"][exact], tables[other][exact], check_exact=True)
-        pd.testing.assert_frame_equal(tables["on"], tables[other], check_exact=False, rtol=0, atol=1e-5)
+        rest = [c for c in tables["on"] if c not in derived]
+        pd.testing.assert_frame_equal(tables["on"][rest], tables[other][rest], check_exact=False, rtol=0, atol=1e-5)
+        pd.testing.assert_frame_equal(tables["on"][derived], tables[other][derived], check_exact=False, rtol=0,
+                                      atol=1e-4)
     assert summaries["on"]["path"] == "prefix cache" and summaries["on"]["groups"] == 2
     assert summaries["off"]["path"] == "shared layers" and summaries["off"]["reason"] == "--no-prefix-cache"
     assert summaries["per-variant"]["path"] == "per variant"
