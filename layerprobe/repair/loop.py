@@ -170,9 +170,10 @@ def _check_step(config: HealConfig, step: int, rate: str, dtype: Any, loss: floa
 
 
 def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCheckpoint, progress: Progress,
-              on_save: Callable[[list], None], rate: str = "--lr") -> Healing:
+              on_save: Callable[[list], None], rate: str = "--lr", sequences: dict | None = None) -> Healing:
     """Train config.steps AdamW steps (resuming from the last save), scoring the held-out text at step 0, every
-    --eval-every steps and at the end; heal.csv's rows are returned. A non-finite loss, gradient norm, held-out
+    --eval-every steps and at the end (`sequences`, if given, gets the end's per-sequence sums: heldout_scores);
+    heal.csv's rows are returned. A non-finite loss, gradient norm, held-out
     score or adapter weight is a NumericsError naming what made it (_diverged): the checkpoint before any update,
     --lora-alpha, or `rate` (--lr, --heal-lr)."""
     import torch
@@ -204,7 +205,9 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
         norm = torch.nn.utils.clip_grad_norm_(params, config.clip or math.inf)  # the total norm, before clipping
         _check_step(config, step, rate, dtype, value, float(norm))
         optimizer.step()
-        scores = heldout_scores(models, data) if step % config.eval_every == 0 or step == config.steps else None
+        last = step == config.steps
+        scores = heldout_scores(models, data, sequences if last else None) if step % config.eval_every == 0 or last \
+            else None
         if scores is not None and not all(math.isfinite(v) for v in scores):
             raise _diverged(f"the held-out ppl, kl are {scores[0]:g}, {scores[1]:g}", step, config, rate)
         healing.rows.append(row(step, value, lr, scores))

@@ -85,8 +85,7 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
             trained = student
         models = Models(trained, probe.model, probe.device)
         healing: Healing = heal_loop(settings, models, data, _NoSave(), lambda *a: None, lambda rows: None,
-                                     rate="--heal-lr")
-        heldout_scores(models, data, sequences)  # once more, per sequence: the records (the same sums)
+                                     rate="--heal-lr", sequences=sequences)  # the last scores per sequence too
     last = healing.rows[-1]
     return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"]), sequence_rows(metric,
                                                                                                 sequences[metric])
