@@ -304,10 +304,12 @@ def loglik_flags(table: Any) -> list[bool]:
     where the interval is a t interval), Holm over the rows given."""
     if "loglik_significant" in table and "loglik_p_value" in table and table["loglik_p_value"].notna().all():
         return [bool(flag) for flag in table["loglik_significant"]]
-    se = (table["loglik_hi"] - table["loglik_lo"]) / (2 * Z95)
-    p = [math.erfc(abs(d) / s / math.sqrt(2)) if s > 0 else (1.0 if d == 0 else 0.0)
-         for d, s in zip(table["loglik_delta"], se)]
-    return [bool(flag) and (lo > 0 or hi < 0) for flag, lo, hi in zip(holm(p), table["loglik_lo"], table["loglik_hi"])]
+    intervals = []
+    for d, lo, hi in zip(table["loglik_delta"], table["loglik_lo"], table["loglik_hi"]):
+        se = (hi - lo) / (2 * Z95)
+        p = math.erfc(abs(d) / se / math.sqrt(2)) if se > 0 else (1.0 if d == 0 else 0.0)
+        intervals.append(Interval(d, se, lo, hi, p))
+    return corrected(intervals)
 
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% point

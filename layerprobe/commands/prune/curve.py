@@ -136,10 +136,12 @@ def greedy_sets(choice: Choice) -> dict[int, list[int]]:
     chosen: list[int] = list(ledger.state.get("greedy", []))
     score = score_batch_shared if config.shared_prefix else score_batch_naive
     num_layers = len(probe.stack)
-    stream = [b for b in batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
-                                 config.data.tokens) if b.tokens] if len(chosen) < k_max else []  # once, every step
-    if len(chosen) < k_max and not stream:
-        raise empty_corpus_error(probe.corpus.spec)
+    stream = []  # the probe batches, tokenized once for every step
+    if len(chosen) < k_max:
+        stream = [b for b in batches(probe.corpus.texts(), probe.tokenizer, probe.seq_len, config.data.batch_size,
+                                     config.data.tokens) if b.tokens]
+        if not stream:
+            raise empty_corpus_error(probe.corpus.spec)
     while len(chosen) < k_max:
         progress("greedy steps", len(chosen), k_max)
         candidates = {c: Variant.of([*chosen, c]) for c in greedy_candidates(num_layers, chosen, ends)}
