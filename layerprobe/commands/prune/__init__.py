@@ -160,19 +160,20 @@ CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
         required=False, optional=True),
     Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
 )
+READ = f"{__name__}.read:"  # read.py: prune runs' findings, per-layer table, overlay and comparer (first use)
+READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, table and comparer
 PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("block", "block")),
-                  "layerprobe.report.findings:prune_findings", "layerprobe.report.tables:prune_table",
-                  "layerprobe.runs.compare:compare_prune", label_key="task",
-                  overlay="layerprobe.report.tables:prune_by_depth", settings=PruneConfig,
+                  READ + "prune_findings", READ + "prune_table", READ + "compare_prune", label_key="task",
+                  overlay=READ + "prune_by_depth", settings=PruneConfig,
                   overlay_axis=("rank of the cost (0 = cheapest)",
                                 "Cost of removing each layer, ranked within each run, by relative depth"))
 CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
                   "Removal curves: the score as more layers go, by strategy",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
                    ("keep", "keep")),
-                  "layerprobe.report.findings:curve_findings", "layerprobe.report.tables:curve_table",
-                  "layerprobe.runs.compare:compare_curve", label_key="task", label_word="curve", settings=PruneConfig)
+                  READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
+                  label_key="task", label_word="curve", settings=PruneConfig)
 
 
 def prune_folder(config: Any) -> str:
