@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from layerprobe.runs.columns import TABLES
+from layerprobe.runs.columns import TABLES, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import SUMMARIES
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
@@ -30,7 +30,8 @@ class Command:
     settings: type | None = None  # its settings dataclass, public by its class name
     kind: Kind | None = None  # how report and compare read its runs; None: it writes no run folder of its own
     summary: tuple = ()  # runs.keys.Key records of its summary.json, in the order docs/outputs.md lists them
-    tables: dict[str, tuple] = field(default_factory=dict)  # CSV file -> runs.columns.Column records
+    tables: dict[str, tuple | Table] = field(default_factory=dict)  # CSV file -> its runs.columns.Column records,
+    # or a runs.columns.Table (a paragraph of its own in docs/outputs.md, or another file's columns)
     exports: dict[str, Any] = field(default_factory=dict)  # more public names -> the object, or 'module:attribute'
     folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
     # default, under a [tool.layerprobe] out (the CLI)
@@ -68,7 +69,7 @@ def register(command: Command) -> Command:
     if command.summary:
         SUMMARIES.setdefault(command.name, tuple(command.summary))
     for table, columns in command.tables.items():
-        TABLES.setdefault(table, tuple(columns))
+        TABLES.setdefault(table, columns if isinstance(columns, Table) else Table(tuple(columns)))
     return command
 
 

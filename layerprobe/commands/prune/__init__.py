@@ -8,7 +8,7 @@ from typing import Any
 from layerprobe.commands.record import Command, part_suffix
 from layerprobe.config import CurveSettings, PruneConfig
 from layerprobe.evaluation.variants import shard_suffix
-from layerprobe.runs.columns import Column
+from layerprobe.runs.columns import Column, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, B, D, F, I, Key, L, S
 from layerprobe.runs.kinds import Kind
@@ -186,11 +186,17 @@ def curve_folder(config: Any) -> str:
     return f"curve-{slug(config.task)}{part_suffix(config)}"
 
 
+SAMPLES = Table(RECORDS, intro="Per-document records of every scored sweep (`prune`, `prune --curve` and its healed "
+                "sets, `merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed CSV. "
+                "prune.csv's and curve.csv's intervals are computed from them; a score reproduced from them matches "
+                "prune.csv's to 1e-9, or its interval is left empty.")
+SCORES = Table(PRUNE + PAIRED, same_as="prune.csv")  # a curve's scores.csv: each scored set as prune.csv has it
+
 PRUNE_COMMAND = Command("prune", "layerprobe.cli.prune:prune", "layerprobe.commands.prune.run:run_prune",
                         settings=PruneConfig, kind=PRUNE_KIND, summary=PRUNE_SUMMARY, folder=prune_folder,
-                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": RECORDS})
+                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": SAMPLES})
 CURVE_COMMAND = Command("curve", None, "layerprobe.commands.prune.curve:run_curve", settings=CurveSettings,
                         kind=CURVE_KIND, summary=CURVE_SUMMARY, folder=curve_folder,
-                        tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": PRUNE + PAIRED,
-                                        "samples.csv.gz": RECORDS})
+                        tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": SCORES,
+                                "samples.csv.gz": SAMPLES})
 MERGE_COMMAND = Command("merge", "layerprobe.cli.merge:merge", "layerprobe.commands.prune.merge:merge_shards")
