@@ -3,8 +3,9 @@ package's record) and what `register` adds a new command to.
 
 A record is declarations and light functions only (settings, folder naming, summary keys, CSV columns, its Kind):
 reading it imports no torch, no numpy, no typer, so `layerprobe --help` and `import layerprobe` stay light. The
-functions that do load them (the Typer command, the library run, findings, per-layer tables, comparers) are named
-as 'module:function' and imported on first use (resolve_ref); tests/unit/test_commands.py resolves every one.
+functions that do load them (the Typer command, the library run; the findings, per-layer tables, overlays and
+comparers of the package's read.py) are named as 'module:function' and imported on first use (resolve_ref);
+tests/unit/test_commands.py resolves every one.
 """
 
 from __future__ import annotations

@@ -1,14 +1,19 @@
 """How report and compare read an angular run (the record's Kind names these): its findings, its per-layer table,
-its line of the overlay across runs, and its comparer."""
+its line of the overlay across runs, its comparer, and its heatmaps drawn again on one scale beside each other."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from layerprobe.errors import RunError
+from layerprobe.plots.heatmap import distance_grid, heatmap_of_grid
 from layerprobe.report.findings import spans, where_in_depth
 from layerprobe.runs.columns import LAYERS
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
+from layerprobe.runs.folder import save_figure
 from layerprobe.runs.read import Run
 
 
@@ -107,3 +112,28 @@ def compare_angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) 
         delta = other - float(value)
         into.checks.append(Check(name, "angular d(l,n)", f"l={layer} n={n}", float(value), other, delta,
                                  tol["angular"], outside(float(value), other, delta, tol["angular"])))
+
+
+def _layer_kinds(run: Run) -> list[str] | None:
+    """Each block's kind from the run's layers.csv (runs before the column existed have none)."""
+    layers = run.tables.get("layers")
+    if layers is None or "layer_type" not in layers:
+        return None
+    kinds = layers["layer_type"].fillna("").astype(str).tolist()[:-1]  # the last row is the output, no block
+    return kinds if all(kinds) else None
+
+
+def shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
+    """Angular runs shown side by side get their heatmaps drawn again on one colour scale (their joint range), so
+    a colour means the same distance in each; a single run keeps its own figure."""
+    if len(group) < 2:
+        return {}
+    grids = [distance_grid(run.tables["angular"]) for run in group]
+    limits = (min(float(np.nanmin(g)) for g in grids), max(float(np.nanmax(g)) for g in grids))
+    paths = {}
+    for index, (run, grid) in enumerate(zip(group, grids)):
+        title = f"{run.model}: angular distance over {run.summary.get('tokens', 0):,} tokens"
+        kinds = _layer_kinds(run)
+        paths[index] = save_figure(assets / f"angular_{index}_heatmap_shared",
+                                   heatmap_of_grid(grid, title, limits, kinds), ("png",))[0]
+    return paths
