@@ -158,7 +158,7 @@ def main() -> None:
                 stamps.append((time.perf_counter(), clock.total))
 
             (tmp / mode).mkdir()
-            ledger = Ledger(tmp / mode, {"bench": 1}, resume=False, columns=COLUMNS)
+            ledger = Ledger(tmp / mode, {"bench": 1}, resume=False, columns=COLUMNS, table="prune")
 
             def select(label, _lm=lm, _shared=shared):
                 if _shared:

@@ -108,7 +108,7 @@ def test_least_and_most_important_never_overlap(model_dirs, tmp_path):
 
 def test_gradnorm_figure_fits_the_page_and_tells_placements_apart():
     from layerprobe.plots.gradnorm import gradnorm_figure
-    from layerprobe.report.tables import gradnorm_table
+    from layerprobe.commands.gradnorm.read import gradnorm_table
 
     rows, variance = [], []
     for norm, scale in (("pre", 2.0), ("post", 0.4), ("mix", 0.4)):  # mix on top of post, as at init
@@ -132,7 +132,7 @@ def test_gradnorm_figure_fits_the_page_and_tells_placements_apart():
 def test_a_hybrids_layers_by_kind_in_the_prune_findings():
     """Six layers, mamba and attention alternating, the mamba ones cheap: the finding counts the two cheapest as
     mamba and gives each kind's median dP (by hand: mamba 0.02, attention 0.5)."""
-    from layerprobe.report.findings import prune_findings
+    from layerprobe.commands.prune.read import prune_findings
 
     table = pd.DataFrame({"layer": range(6), "block": 1, "removed": [str(i) for i in range(6)], "metric": "kl",
                           "baseline": 0.0, "pruned": [0.01, 0.4, 0.02, 0.5, 0.03, 0.6],
@@ -233,7 +233,7 @@ def test_every_heal_panel_has_a_unit_and_starts_at_its_floor():
 
 
 def test_layers_table_names_its_last_row_as_the_last_blocks_output():
-    from layerprobe.report.tables import angular_table
+    from layerprobe.commands.angular.read import angular_table
     from layerprobe.runs.read import load_run
 
     table = angular_table(load_run(DEMO / "angular"))  # MiniLM: 6 blocks, 7 block inputs x_0..x_6

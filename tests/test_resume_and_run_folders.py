@@ -92,7 +92,7 @@ def test_a_cut_off_row_is_dropped_and_redone(tmp_path):
     columns = ["layer", "block", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
     (tmp_path / "state.json").write_text(json.dumps({"identity": {"task": "t"}, "baseline": {"acc": [0.5, None]}}))
     (tmp_path / "prune.csv").write_text(",".join(columns) + "\n0,1,0,acc,0.5,0.25,-0.25,,\n1,1,1,acc,0.5,")
-    ledger = Ledger(tmp_path, {"task": "t"}, resume=True, columns=columns)
+    ledger = Ledger(tmp_path, {"task": "t"}, resume=True, columns=columns, table="prune")
     assert ledger.done() == {"0"}
 
 

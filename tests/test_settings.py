@@ -119,7 +119,7 @@ def test_layers_csv_is_written_as_its_column_records_say(model_dirs, corpus_file
                                     data=DataOptions(str(corpus_file), tokens=128, seq_len=32, batch_size=2), out=str(tmp_path / "a"),
                                     lens_tokens=16))
     assert list(pd.read_csv(run.folder / "layers.csv").columns) == names(LAYERS)
-    from layerprobe.report.tables import angular_table
+    from layerprobe.commands.angular.read import angular_table
     from layerprobe.runs.read import load_run
 
     shown = list(angular_table(load_run(run.folder)).columns)

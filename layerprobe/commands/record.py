@@ -3,8 +3,9 @@ package's record) and what `register` adds a new command to.
 
 A record is declarations and light functions only (settings, folder naming, summary keys, CSV columns, its Kind):
 reading it imports no torch, no numpy, no typer, so `layerprobe --help` and `import layerprobe` stay light. The
-functions that do load them (the Typer command, the library run, findings, per-layer tables, comparers) are named
-as 'module:function' and imported on first use (resolve_ref); tests/unit/test_commands.py resolves every one.
+functions that do load them (the Typer command, the library run; the findings, per-layer tables, overlays and
+comparers of the package's read.py) are named as 'module:function' and imported on first use (resolve_ref);
+tests/unit/test_commands.py resolves every one.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from layerprobe.runs.columns import TABLES
+from layerprobe.runs.columns import TABLES, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import SUMMARIES
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
@@ -30,7 +31,8 @@ class Command:
     settings: type | None = None  # its settings dataclass, public by its class name
     kind: Kind | None = None  # how report and compare read its runs; None: it writes no run folder of its own
     summary: tuple = ()  # runs.keys.Key records of its summary.json, in the order docs/outputs.md lists them
-    tables: dict[str, tuple] = field(default_factory=dict)  # CSV file -> runs.columns.Column records
+    tables: dict[str, tuple | Table] = field(default_factory=dict)  # CSV file -> its runs.columns.Column records,
+    # or a runs.columns.Table (a paragraph of its own in docs/outputs.md, or another file's columns)
     exports: dict[str, Any] = field(default_factory=dict)  # more public names -> the object, or 'module:attribute'
     folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
     # default, under a [tool.layerprobe] out (the CLI)
@@ -68,7 +70,7 @@ def register(command: Command) -> Command:
     if command.summary:
         SUMMARIES.setdefault(command.name, tuple(command.summary))
     for table, columns in command.tables.items():
-        TABLES.setdefault(table, tuple(columns))
+        TABLES.setdefault(table, columns if isinstance(columns, Table) else Table(tuple(columns)))
     return command
 
 

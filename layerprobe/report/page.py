@@ -91,35 +91,6 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _layer_kinds(run: Run) -> list[str] | None:
-    """Each block's kind from the run's layers.csv (runs before the column existed have none)."""
-    layers = run.tables.get("layers")
-    if layers is None or "layer_type" not in layers:
-        return None
-    kinds = layers["layer_type"].fillna("").astype(str).tolist()[:-1]  # the last row is the output, no block
-    return kinds if all(kinds) else None
-
-
-def _shared_heatmaps(group: list[Run], assets: Path) -> dict[int, Path]:
-    """Angular runs shown side by side get their heatmaps drawn again on one colour scale (their joint range), so
-    a colour means the same distance in each; a single run keeps its own figure."""
-    if len(group) < 2:
-        return {}
-    import numpy as np
-
-    from layerprobe.plots.heatmap import distance_grid, heatmap_of_grid
-
-    grids = [distance_grid(run.tables["angular"]) for run in group]
-    limits = (min(float(np.nanmin(g)) for g in grids), max(float(np.nanmax(g)) for g in grids))
-    paths = {}
-    for index, (run, grid) in enumerate(zip(group, grids)):
-        title = f"{run.model}: angular distance over {run.summary.get('tokens', 0):,} tokens"
-        kinds = _layer_kinds(run)
-        paths[index] = save_figure(assets / f"angular_{index}_heatmap_shared",
-                                   heatmap_of_grid(grid, title, limits, kinds), ("png",))[0]
-    return paths
-
-
 def _is_page(head: str) -> bool:
     """report.html or report.md as write_report writes them: every title starts 'layerprobe report'."""
     return head.startswith("# layerprobe report") or "<title>layerprobe report" in head
@@ -167,13 +138,13 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
         if not group:
             continue
         heading = kind.heading
-        shared = _shared_heatmaps(group, assets) if command == "angular" else {}
+        shared = kind.function("shared_plots")(group, assets) if kind.shared_plots else {}
         body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
         body_md += [f"## {heading}", ""]
         for index, run in enumerate(group):
             facts = describe(run)
             notes = findings(run)
-            wide = (run.summary.get("num_layers") or 0) > 16 and command == "prune"  # a bar per layer needs the width
+            wide = kind.wide_past is not None and (run.summary.get("num_layers") or 0) > kind.wide_past
             opening = '<section class="wide">' if wide else "<section>"
             body_html.append(f"{opening}<h3>{html.escape(run.label)}</h3>")
             body_html.append('<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")

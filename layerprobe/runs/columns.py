@@ -1,7 +1,8 @@
 """The columns of the CSVs a run writes, described once: name, meaning, unit, the short label the report prints,
 and whether it is a cheap per-layer signal that `prune` correlates with dP. Each command's record (its package's
-__init__.py) lists its files' columns and `register` fills TABLES from them; runs/read.py checks a file read back
-by them, the report reads the labels, and docs/outputs.md prints them.
+__init__.py) lists its files' columns (a `Table` where docs/outputs.md says more of the file, or lists its columns
+under another file's) and `register` fills TABLES from them; runs/read.py checks a file read back by them, the
+report reads the labels, and docs/outputs.md prints them.
 
 The two tables several commands read stay here: layers.csv (written by angular; prune picks its signals from it,
 curve and the report read it) and monitor.csv (layerprobe.integrations; gradnorm's training.csv is built on it). A
@@ -60,8 +61,19 @@ MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step
            label="grad norm"),
     Column("tokens", "probe positions measured", "positions", label=""),
 )
-TABLES: dict[str, tuple[Column, ...]] = {}  # CSV file -> its columns, filled by layerprobe.commands.register from
-# the commands' records, in registration order (docs/outputs.md's)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A CSV file as docs/outputs.md shows it: its columns, a paragraph above them, or no section of its own."""
+
+    columns: tuple[Column, ...]
+    intro: str = ""  # a paragraph between the file's heading and its columns
+    same_as: str | None = None  # the file whose section lists these columns: this one gets no section
+
+
+TABLES: dict[str, Table] = {}  # CSV file -> its Table, filled by layerprobe.commands.register from the commands'
+# records (a record may give a file's columns alone), in registration order (docs/outputs.md's)
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:
@@ -76,19 +88,11 @@ def signals() -> dict[str, str]:
 def render_columns() -> str:
     """The CSV section of docs/outputs.md."""
     lines = []
-    for table, columns in TABLES.items():
-        if table == "scores.csv":
-            continue  # prune.csv's columns
-        if table == "samples.csv.gz":
-            lines += ["## `samples.csv.gz`", "", "Per-document records of every scored sweep (`prune`, `prune --curve` and its healed sets, "
-                      "`merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed "
-                      "CSV. prune.csv's and curve.csv's intervals are computed from them; a score reproduced from "
-                      "them matches prune.csv's to 1e-9, or its interval is left empty.", ""]
-            lines += ["| column | meaning | unit |", "|---|---|---|"]
-            lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in columns]
-            lines.append("")
-            continue
-        lines += [f"## `{table}`", "", "| column | meaning | unit |", "|---|---|---|"]
-        lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in columns]
+    for file, table in TABLES.items():
+        if table.same_as:
+            continue  # another file's columns, documented in that file's section
+        lines += [f"## `{file}`", ""] + ([table.intro, ""] if table.intro else [])
+        lines += ["| column | meaning | unit |", "|---|---|---|"]
+        lines += [f"| `{c.name}` | {c.meaning.replace('|', chr(92) + '|')} | {c.unit} |" for c in table.columns]
         lines.append("")
     return "\n".join(lines)

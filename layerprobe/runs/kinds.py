@@ -1,11 +1,13 @@
 """How a command's runs are read back (a Kind: its tables, plot, report heading and header facts, its settings
-class, and its findings, per-layer table, comparer and overlay), and KINDS, the registry report, compare and
-load_run read. Each Kind is part of its command's record (the command's package) and `layerprobe.commands.register`
-adds it here, so this module imports nothing from commands/, report/ or plots/ and every layer may read it.
+class, its findings, per-layer table, comparer and overlay, and how the report lays its runs out), and KINDS, the
+registry report, compare and load_run read. Each Kind is part of its command's record (the command's package) and
+`layerprobe.commands.register` adds it here, so this module imports nothing from commands/, report/ or plots/ and
+every layer may read it; report/ and runs/compare.py branch on no command's name, they read its Kind.
 
-The functions are named as 'module:function' strings, imported on first use: findings and the per-layer tables
-load numpy and torch, which `import layerprobe` and `--help` never do; tests/unit/test_commands.py resolves every
-one. A Kind may also hold the functions themselves (a command whose functions are light).
+The functions live in the command's own package (commands/<name>/read.py) and are named as 'module:function'
+strings, imported on first use: they load pandas, numpy or matplotlib, which `import layerprobe` and `--help` never
+do; tests/unit/test_commands.py resolves every field that may hold one and names each that does not resolve. A
+Kind may also hold the functions themselves (a command whose functions are light).
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ class Kind:
     overlay: str | Callable | None = None  # (run) -> (layers, values): one line of the report's overlay
     overlay_axis: tuple[str, str] = ("", "")  # the overlay's (y label, title)
     settings: type | None = None  # the settings class its manifest's config is (compare: what changed)
+    shared_plots: str | Callable | None = None  # (runs, folder) -> {index: figure}: plots drawn again alike when
+    # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
+    wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function an attribute holds, imported first where it is named as 'module:function'."""

@@ -51,7 +51,7 @@ class Run:
 def _columns(table: str, what: str) -> tuple[str, ...]:
     """The columns of a CSV that identify a row (key), hold numbers (number) or are never NaN (always), as
     runs/columns.py declares them (a table registered later included)."""
-    return tuple(c.name for c in TABLES.get(table, ()) if getattr(c, what))
+    return tuple(c.name for c in (TABLES[table].columns if table in TABLES else ()) if getattr(c, what))
 
 
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:

@@ -62,7 +62,7 @@ def as_saved(identity: dict) -> dict:
 class Ledger:
     """A sweep's rows (<run>/<table>.csv) and its resume state (<run>/state.json, which holds the settings)."""
 
-    def __init__(self, folder: Path, identity: dict, resume: bool, columns: list[str], table: str = "prune") -> None:
+    def __init__(self, folder: Path, identity: dict, resume: bool, columns: list[str], table: str) -> None:
         import pandas as pd
 
         import time

@@ -1,32 +1,76 @@
-"""The command as the unit (issue 36), unit tier: every name in COMMANDS and KINDS resolves to a function, and a
-command added through its record alone (tests/data/dummy_command: one package, one register line) is in the CLI's
-help, the library API and docs/outputs.md, and report and compare read its runs."""
+"""The command as the unit (issue 36), unit tier: every name in COMMANDS and KINDS resolves to a function (each
+built-in Kind's inside its command's own package), and a command added through its record alone
+(tests/data/dummy_command: one package, one register line) is in the CLI's help, the library API and
+docs/outputs.md, and report and compare read its runs with the functions of its own read.py."""
 
 from __future__ import annotations
+
+import dataclasses
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 import layerprobe
-from layerprobe.commands import COMMANDS, register
-from layerprobe.runs.kinds import KINDS, resolve_ref
+from layerprobe.commands import COMMANDS, Command, register
+from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
 
 runner = CliRunner()
 
 
+def refs(record: Command | Kind) -> list[tuple[str, object]]:
+    """(label, value) of every field of a record that may hold a function or a 'module:function' string (any field
+    whose type names Callable, so a field added later is checked too), and a Command's exports."""
+    found = [(f"{record.name}.{f.name}", getattr(record, f.name)) for f in dataclasses.fields(record)
+             if "Callable" in str(f.type) and getattr(record, f.name) is not None]
+    found += [(f"{record.name}.exports[{name}]", ref) for name, ref in getattr(record, "exports", {}).items()]
+    return found
+
+
+def unresolved(record: Command | Kind) -> list[str]:
+    """'label = value (why)' for each ref of a record that names nothing callable."""
+    bad = []
+    for label, ref in refs(record):
+        try:
+            target = resolve_ref(ref)
+        except (ImportError, AttributeError, ValueError) as exc:
+            bad.append(f"{label} = {ref!r} ({type(exc).__name__}: {exc})")
+            continue
+        if not callable(target):
+            bad.append(f"{label} = {ref!r} (not callable)")
+    return bad
+
+
 def test_every_named_function_of_every_record_resolves():
+    bad = [line for command in COMMANDS.values() for line in unresolved(command)]
+    bad += [line for kind in KINDS.values() for line in unresolved(kind)]
+    assert not bad, "refs that name no function:\n" + "\n".join(bad)
     for command in COMMANDS.values():
-        for attribute in ("cli", "run"):
-            if getattr(command, attribute) is not None:
-                assert callable(command.function(attribute)), f"{command.name}.{attribute}"
         if command.kind is not None:
             assert KINDS[command.name] is command.kind
-        for name, ref in command.exports.items():  # a string names a class or function; the object is one
-            assert callable(resolve_ref(ref)), f"{command.name}.exports[{name}]"
-    for kind in KINDS.values():
-        for attribute in ("findings", "data_table", "comparer", "overlay"):
-            if getattr(kind, attribute) is not None:
-                assert callable(kind.function(attribute)), f"{kind.name}.{attribute}"
+    fields = {label.split(".", 1)[1] for kind in KINDS.values() for label, _ in refs(kind)}
+    assert {"findings", "data_table", "comparer", "overlay"} <= fields  # the check reaches every kind of ref
+
+
+def test_a_bad_ref_is_named():
+    kind = dataclasses.replace(KINDS["angular"], comparer="layerprobe.commands.angular.read:no_such_function",
+                               overlay="layerprobe.commands.no_such_module:angular_by_depth")
+    bad = unresolved(kind)
+    assert len(bad) == 2 and bad[0].startswith("angular.comparer = 'layerprobe.commands.angular.read:no_such_function'")
+    assert bad[1].startswith("angular.overlay = 'layerprobe.commands.no_such_module:angular_by_depth'")
+
+
+def test_each_kind_reads_its_runs_with_its_own_package():
+    """A built-in record's Kind names functions inside the package that holds the record (commands/<name>/read.py),
+    never a shared module's."""
+    for command in COMMANDS.values():
+        if command.kind is None:
+            continue
+        home = min((name for name, module in sys.modules.items() if name.startswith("layerprobe.commands.")
+                    and hasattr(module, "__path__") and any(value is command for value in vars(module).values())),
+                   key=len)  # the package whose __init__.py holds the record (its modules import it too)
+        for label, ref in refs(command.kind):
+            assert isinstance(ref, str) and ref.startswith(home + "."), f"{label} = {ref!r} is outside {home}"
 
 
 def test_the_cli_and_the_api_are_read_from_the_table():
@@ -49,7 +93,8 @@ def dummy(monkeypatch, tmp_path):
     register(COMMAND)
     monkeypatch.chdir(tmp_path)
     yield COMMAND
-    for registry, key in ((COMMANDS, "dummy"), (KINDS, "dummy"), (SUMMARIES, "dummy"), (TABLES, "dummy.csv")):
+    for registry, key in ((COMMANDS, "dummy"), (KINDS, "dummy"), (SUMMARIES, "dummy"), (TABLES, "dummy.csv"),
+                          (TABLES, "dummy-copy.csv")):
         registry.pop(key, None)
     layerprobe.__dict__.pop("dummy", None)
     layerprobe.__dict__.pop("DummyConfig", None)
@@ -66,7 +111,10 @@ def test_a_command_added_by_its_record_alone_is_everywhere(dummy, tmp_path):
     assert "--value" in runner.invoke(app, ["dummy", "--help"]).output
     assert layerprobe.dummy is dummy.run and layerprobe.DummyConfig is dummy.settings
     docs = render_outputs()
-    assert "## `dummy` summary.json" in docs and "## `dummy.csv`" in docs and "value x l" in docs
+    assert "## `dummy` summary.json" in docs and "## `dummy.csv`\n\nOne row per layer: the dummy's number." in docs
+    assert "value x l" in docs and "dummy-copy.csv" not in docs  # a table with another's columns: no section
+    assert not unresolved(dummy) and not unresolved(dummy.kind)
+    assert all(ref.startswith("tests.data.dummy_command.read:") for _, ref in refs(dummy.kind))
 
     for folder, value in (("a", "2"), ("b", "2"), ("c", "5")):
         done = runner.invoke(app, ["dummy", "--value", value, "--out", folder])

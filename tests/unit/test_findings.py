@@ -10,8 +10,9 @@ import numpy as np
 
 import pandas as pd
 
+from layerprobe.commands.angular.read import angular_findings
+from layerprobe.commands.prune.read import prune_findings
 from layerprobe.metrics.stats import depth_ratio
-from layerprobe.report.findings import angular_findings, prune_findings
 from layerprobe.runs.read import Run
 
 
@@ -65,7 +66,7 @@ def test_no_change_reads_0_and_a_one_layer_block_reads_as_its_layer():
 
 
 def test_a_healed_curve_is_read_against_the_unpruned_model_healed_alike():
-    from layerprobe.report.findings import curve_findings
+    from layerprobe.commands.prune.read_curve import curve_findings
 
     rows = [{"strategy": "angular", "k": k, "fraction": k / 10, "removed": str(k), "metric": "ppl", "baseline": 20.0,
              "score": 20.0 + 5 * k, "delta": 5.0 * k, "within": False, "healed_score": 15.0 + k} for k in (1, 2)]
@@ -84,7 +85,7 @@ def test_a_healed_curve_is_read_against_the_unpruned_model_healed_alike():
 
 
 def test_a_heal_says_what_share_of_the_removals_ppl_cost_it_won_back():
-    from layerprobe.report.findings import heal_findings
+    from layerprobe.commands.heal.read import heal_findings
 
     summary = {"removed": "12-18", "objective": "lm", "steps": 200, "lora_rank": 8, "heldout_unpruned_ppl": 20.0,
                "heldout_before": {"ppl": 60.0, "kl": 0.9}, "heldout_after": {"ppl": 30.0, "kl": 0.7}}
@@ -247,7 +248,7 @@ def test_too_few_layers_never_names_a_signal_to_trust():
 
 
 def test_curve_points_say_measurable_only_when_significant():
-    from layerprobe.report.findings import curve_findings
+    from layerprobe.commands.prune.read_curve import curve_findings
 
     table = pd.DataFrame([
         {"strategy": "last", "k": 1, "fraction": 0.25, "removed": "3", "metric": "acc", "baseline": 0.6, "score": 0.58,

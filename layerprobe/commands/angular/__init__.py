@@ -26,12 +26,12 @@ SUMMARY = RUN + MODEL + CORPUS + (
     Key("logit_lens_tokens", I, "positions of the logit-lens column (0: none)"),
     Key("prune_first", L, "per block size n: the block (layer, layers, distance) with the smallest d(l, n)"),
 )
+READ = f"{__name__}.read:"  # read.py: its findings, per-layer table, overlay, comparer, heatmaps, imported on first use
 KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.png",
             "Angular distance between block inputs",
             (("normalization", "placement"), ("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
-            "layerprobe.report.findings:angular_findings", "layerprobe.report.tables:angular_table",
-            "layerprobe.runs.compare:compare_angular", overlay="layerprobe.report.tables:angular_by_depth",
-            settings=AngularConfig,
+            READ + "angular_findings", READ + "angular_table", READ + "compare_angular",
+            overlay=READ + "angular_by_depth", settings=AngularConfig, shared_plots=READ + "shared_heatmaps",
             overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"))
 COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",
                   settings=AngularConfig, kind=KIND, summary=SUMMARY,

@@ -56,10 +56,10 @@ SUMMARY = RUN + (
         "d(l, 1) stays below the shallow third's (crossover_step, null: not below at the end) and the two "
         "thirds' means at the last step", required=False),
 )
+READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
             (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
-            "layerprobe.report.findings:gradnorm_findings", "layerprobe.report.tables:gradnorm_table",
-            "layerprobe.runs.compare:compare_gradnorm", settings=GradnormConfig)
+            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig)
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
                   tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING},

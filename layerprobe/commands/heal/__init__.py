@@ -77,10 +77,11 @@ SUMMARY = RUN + MODEL + CORPUS + (
     Key("strategy", S, "--from-curve strategy", optional=True),
     Key("exported_from", S, "the exported folder given as MODEL", optional=True),
 )
+READ = f"{__name__}.read:"  # read.py: its findings and per-layer table, imported on first use
 KIND = Kind("heal", (("heal.csv", True), ("replace.csv", False)), "heal.png",
             "Healing after removal: LoRA, the tail, or linear replacement of the removed blocks",
             (("removed", "removed"), ("method", "method"), ("objective", "objective"), ("steps", "steps"),
              ("dataset", "dataset")),
-            "layerprobe.report.findings:heal_findings", "layerprobe.report.tables:heal_table", settings=HealConfig)
+            READ + "heal_findings", READ + "heal_table", settings=HealConfig)
 COMMAND = Command("heal", "layerprobe.cli.heal:heal", "layerprobe.commands.heal.run:run_heal", settings=HealConfig,
                   kind=KIND, summary=SUMMARY, tables={"heal.csv": HEAL, "replace.csv": REPLACE}, folder=named("heal"))

@@ -8,7 +8,7 @@ from typing import Any
 from layerprobe.commands.record import Command, part_suffix
 from layerprobe.config import CurveSettings, PruneConfig
 from layerprobe.evaluation.variants import shard_suffix
-from layerprobe.runs.columns import Column
+from layerprobe.runs.columns import Column, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, B, D, F, I, Key, L, S
 from layerprobe.runs.kinds import Kind
@@ -160,19 +160,20 @@ CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
         required=False, optional=True),
     Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
 )
+READ = f"{__name__}.read:"  # read.py: prune runs' findings, per-layer table, overlay and comparer (first use)
+READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, table and comparer
 PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("block", "block")),
-                  "layerprobe.report.findings:prune_findings", "layerprobe.report.tables:prune_table",
-                  "layerprobe.runs.compare:compare_prune", label_key="task",
-                  overlay="layerprobe.report.tables:prune_by_depth", settings=PruneConfig,
+                  READ + "prune_findings", READ + "prune_table", READ + "compare_prune", label_key="task",
+                  overlay=READ + "prune_by_depth", settings=PruneConfig, wide_past=16,
                   overlay_axis=("rank of the cost (0 = cheapest)",
                                 "Cost of removing each layer, ranked within each run, by relative depth"))
 CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
                   "Removal curves: the score as more layers go, by strategy",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
                    ("keep", "keep")),
-                  "layerprobe.report.findings:curve_findings", "layerprobe.report.tables:curve_table",
-                  "layerprobe.runs.compare:compare_curve", label_key="task", label_word="curve", settings=PruneConfig)
+                  READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
+                  label_key="task", label_word="curve", settings=PruneConfig)
 
 
 def prune_folder(config: Any) -> str:
@@ -185,11 +186,17 @@ def curve_folder(config: Any) -> str:
     return f"curve-{slug(config.task)}{part_suffix(config)}"
 
 
+SAMPLES = Table(RECORDS, intro="Per-document records of every scored sweep (`prune`, `prune --curve` and its healed "
+                "sets, `merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed CSV. "
+                "prune.csv's and curve.csv's intervals are computed from them; a score reproduced from them matches "
+                "prune.csv's to 1e-9, or its interval is left empty.")
+SCORES = Table(PRUNE + PAIRED, same_as="prune.csv")  # a curve's scores.csv: each scored set as prune.csv has it
+
 PRUNE_COMMAND = Command("prune", "layerprobe.cli.prune:prune", "layerprobe.commands.prune.run:run_prune",
                         settings=PruneConfig, kind=PRUNE_KIND, summary=PRUNE_SUMMARY, folder=prune_folder,
-                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": RECORDS})
+                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": SAMPLES})
 CURVE_COMMAND = Command("curve", None, "layerprobe.commands.prune.curve:run_curve", settings=CurveSettings,
                         kind=CURVE_KIND, summary=CURVE_SUMMARY, folder=curve_folder,
-                        tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": PRUNE + PAIRED,
-                                        "samples.csv.gz": RECORDS})
+                        tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": SCORES,
+                                "samples.csv.gz": SAMPLES})
 MERGE_COMMAND = Command("merge", "layerprobe.cli.merge:merge", "layerprobe.commands.prune.merge:merge_shards")

@@ -66,7 +66,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     # every setting that changes a number (settings.identity) and what it resolved to: a --resume with any other
     # value is refused, never mixed in
     identity = probe.identity(config)
-    job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS), progress, warnings)
+    job = SweepJob(config, probe, variants, Ledger(folder, identity, config.resume, COLUMNS, table="prune"), progress,
+                   warnings)
     with torch.inference_mode():
         higher = task.run(job)
     facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer}

@@ -28,8 +28,9 @@ SUMMARY = RUN + (
     Key("fits", D, "per placement and alpha: log-log slopes (with 95% intervals) over the deep half"),
     Key("expected_pre_ln", D, "the slopes a Pre-LN random walk predicts"),
 )
+READ = f"{__name__}.read:"  # read.py: its findings and per-layer table, imported on first use
 KIND = Kind("toy", (("toy.csv", True),), "toy.png", "Toy residual-MLP model (||h_l|| by layer)",
             (("width", "width"), ("samples", "samples"), ("alphas", "alphas")),
-            "layerprobe.report.findings:toy_findings", "layerprobe.report.tables:toy_table", settings=ToyConfig)
+            READ + "toy_findings", READ + "toy_table", settings=ToyConfig)
 COMMAND = Command("toy", "layerprobe.cli.toy:toy", "layerprobe.commands.toy.run:run_toy", settings=ToyConfig,
                   kind=KIND, summary=SUMMARY, tables={"toy.csv": TOY}, folder=named("toy"))

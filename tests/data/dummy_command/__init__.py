@@ -1,7 +1,8 @@
 """A command added through its record alone (tests/unit/test_commands.py): this package and one register() line.
 
 `layerprobe dummy --value 3` writes dummy.csv (value x layer for 4 layers), dummy.png and summary.json; report and
-compare read its runs through its Kind; docs/outputs.md lists its keys and columns."""
+compare read its runs through its Kind, whose findings, table and comparer live in read.py, named from the record
+as 'module:function' (the built-ins' way); docs/outputs.md lists its keys and columns."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ from layerprobe.cli.common import call, out, resolve_settings
 from layerprobe.cli.options import with_settings
 from layerprobe.commands import Command
 from layerprobe.progress import silent
-from layerprobe.runs.columns import Column
-from layerprobe.runs.compare import Check, outside
+from layerprobe.runs.columns import Column, Table
 from layerprobe.runs.folder import prepare_run_dir
 from layerprobe.runs.kinds import Kind
 from layerprobe.runs.manifest import start_time
@@ -58,25 +58,12 @@ def dummy(given: dict | None = None) -> None:
     out.print(f"-> {run.folder}")
 
 
-def findings(run) -> list[str]:
-    return [f"The largest number is {run.tables['dummy']['value'].max():g}."]
-
-
-def table(run):
-    return run.tables["dummy"]
-
-
-def comparer(old, new, tolerance, into, name) -> None:
-    a, b = old.tables["dummy"].set_index("layer")["value"], new.tables["dummy"].set_index("layer")["value"]
-    for layer, value in a.items():
-        delta = float(b[layer]) - float(value)
-        into.checks.append(Check(name, "dummy value", f"layer {layer}", float(value), float(b[layer]), delta,
-                                 tolerance["angular"], outside(float(value), float(b[layer]), delta, tolerance["angular"])))
-
-
+READ = f"{__name__}.read:"  # read.py: its findings, table and comparer, imported on first use
 COMMAND = Command(
     "dummy", dummy, run_dummy, settings=DummyConfig,
     kind=Kind("dummy", (("dummy.csv", True),), "dummy.png", "Dummy numbers by layer", (("value", "value"),),
-              findings, table, comparer, settings=DummyConfig),
+              READ + "findings", READ + "table", READ + "comparer", settings=DummyConfig),
     summary=RUN + (Key("value", (int, float), "--value: the slope"),),
-    tables={"dummy.csv": (Column("layer", "block l", key=True), Column("value", "value x l", always=True))})
+    tables={"dummy.csv": Table((Column("layer", "block l", key=True), Column("value", "value x l", always=True)),
+                               intro="One row per layer: the dummy's number."),
+            "dummy-copy.csv": Table((Column("layer", "block l", key=True),), same_as="dummy.csv")})

@@ -35,11 +35,11 @@ SUMMARY = RUN + (
         "unknown"),
     Key("placement_by_layer", L, "the placement of each block"),
 )
+READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("monitor", (("monitor.csv", True),), "monitor.png", "During training: d(l, 1) and gradient norms by step",
             (("normalization", "placement"), ("dataset", "dataset"), ("probe tokens", "tokens"), ("every", "every"),
              ("deep below shallow from step", "crossover_step")),
-            "layerprobe.report.findings:monitor_findings", "layerprobe.report.tables:monitor_table",
-            "layerprobe.runs.compare:compare_monitor")
+            READ + "monitor_findings", READ + "monitor_table", READ + "compare_monitor")
 COMMAND = Command("monitor", settings=MonitorSettings, kind=KIND, summary=SUMMARY, tables={"monitor.csv": MONITOR},
                   exports={"LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",  # a plain loop
                            "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback"})  # HF Trainer

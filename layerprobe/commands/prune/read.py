@@ -1,0 +1,265 @@
+"""How report and compare read a prune run (the record's PRUNE_KIND names these): its findings, its per-layer table,
+its line of the overlay across runs, and its comparer; and Noise, the per-document records' paired intervals that
+decide a prune or curve check with the tolerance."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from layerprobe.errors import RunError
+from layerprobe.evaluation.metric import has_baseline
+from layerprobe.metrics.paired import holm_adjusted
+from layerprobe.metrics.stats import spearman_interval
+from layerprobe.report.findings import chance_of, has_intervals, ranked, signed, where_in_depth
+from layerprobe.runs.compare import Check, Comparison, outside, same_keys
+from layerprobe.runs.read import Run
+
+
+def interval_text(row: Any) -> str:
+    return f"dP {signed(row.delta)}, 95% interval {row.delta_lo:+.3g} to {row.delta_hi:+.3g}"
+
+
+def _listed(rows: Any, most: int = 6) -> str:
+    shown = ", ".join(f"{r.removed} ({interval_text(r)})" for r in rows.head(most).itertuples())
+    return shown + (f", and {len(rows) - most} more (prune.csv)" if len(rows) > most else "")
+
+
+def _measured(main: Any, higher: bool, s: dict) -> list[str]:
+    """What the paired intervals say: the removals measurably worse and better (Holm's correction), nothing
+    about the rest but their count."""
+    order = ranked(main, higher)
+    significant = order["significant"].astype(bool)
+    worse = order[significant & (order["cost"] > 0)][::-1]  # costliest first
+    better = order[significant & (order["cost"] < 0)]
+    n = len(order)
+    rule = (f"the paired 95% interval excludes 0 and the change survives Holm's correction over the {n} "
+            f"removals")
+    out = []
+    if worse.empty and better.empty:
+        known = int(order["delta_lo"].notna().sum())
+        out.append(f"No removal changes {s['metric']} measurably: none of the {known} removals with an interval "
+                   f"passes ({rule}). Its ranking is noise at this many documents; score more for a finer answer.")
+        return out + _loglik_measured(order)
+    if len(worse):
+        out.append(f"Measurably worse without {len(worse)} of {n} removals ({rule}): {_listed(worse)}.")
+    if len(better):
+        out.append(f"Measurably better without {len(better)} of {n} ({rule}): {_listed(better)}.")
+    rest = n - len(worse) - len(better)
+    if rest:
+        out.append(f"The other {rest} removals are not measurably different from the unpruned model.")
+        out += _loglik_measured(order)
+    if s.get("block", 1) == 1 and len(worse) and len(main) >= 3:
+        out.append(where_in_depth(sorted(int(x) for x in main["layer"]), [int(x) for x in worse["layer"].head(3)],
+                                  f"The {min(3, len(worse))} costliest measurable removals" if len(worse) > 1
+                                  else "The one measurable removal", "sit" if len(worse) > 1 else "sits"))
+    return out
+
+
+def _loglik_measured(order: Any) -> list[str]:
+    """Multiple choice: what the gold answer's loglikelihood (continuous, paired: it moves where 0/1 accuracy does
+    not) says, with the same rule as dP: Holm over the removals that have an interval (evaluation/records.py)."""
+    from layerprobe.evaluation.records import loglik_flags
+
+    if "loglik_lo" not in order or order["loglik_lo"].isna().all():
+        return []
+    known = order.dropna(subset=["loglik_delta", "loglik_lo", "loglik_hi"])
+    flagged = known[loglik_flags(known)]
+    if flagged.empty:
+        return [f"The gold answer's loglikelihood (a continuous paired score) does not separate them either: no "
+                f"change survives Holm's correction over the {len(known)} removals."]
+    lower = flagged[flagged["loglik_delta"] < 0].sort_values("loglik_delta")
+    higher = flagged[flagged["loglik_delta"] > 0].sort_values("loglik_delta", ascending=False)
+    shown = lambda rows: ", ".join(f"{r.removed} ({r.loglik_delta:+.3g}, {r.loglik_lo:+.3g} to {r.loglik_hi:+.3g})"
+                                   for r in rows.head(5).itertuples())
+    text = (f"The gold answer's loglikelihood (mean paired change in nats, 95% interval; Holm over {len(known)} "
+            f"removals) separates them: it drops measurably without {len(lower)} of {len(known)}")
+    text += f", most without {shown(lower)}" if len(lower) else ""
+    text += f"; it rises without {len(higher)}: {shown(higher)}" if len(higher) else ""
+    return [text + "."]
+
+
+def _point_ranking(main: Any, higher: bool, s: dict) -> list[str]:
+    """A run without intervals: the ranking by point estimate, said to be one, or nothing where it is noise."""
+    order = ranked(main, higher)
+    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main else []
+    if s.get("records") and not has_intervals(main):
+        return [f"Too few documents for an interval of any dP ({s['metric']}): no removal can be told from noise, "
+                "so none is ranked; score more documents."]
+    if len(stderr) and float(order["cost"].abs().max()) <= 2 * float(stderr.iloc[0]):
+        return [f"Every |dP| is within twice the baseline's standard error ({2 * float(stderr.iloc[0]):.3g}): no "
+                "removal can be told from noise, so none is ranked."]
+    if order["cost"].iloc[0] == order["cost"].iloc[-1]:
+        return [f"Every removal gives the same {s['metric']}: none is cheaper or costlier than another."]
+    k = min(3, len(order) // 2)  # never the same layer in both lists, nor a tie with the other end in either
+    cheap = order.head(k)[order.head(k)["cost"] < order["cost"].iloc[-1]]
+    costly = order.tail(k)[order.tail(k)["cost"] > order["cost"].iloc[0]][::-1]
+    out = ["Cheapest to remove, by point estimate (this run has no per-document records, so no interval): "
+           + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in cheap.itertuples())
+           + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in costly.itertuples())
+           + "."]
+    if s.get("block", 1) == 1 and len(main) >= 3:
+        out.append(where_in_depth(sorted(int(x) for x in main["layer"]), [int(x) for x in order.head(3)["layer"]],
+                                  "The three layers cheapest to remove"))
+    return out
+
+
+def prune_findings(run: Run) -> list[str]:
+    s = run.summary
+    table = run.tables["prune"]
+    main = table[table["metric"] == s["metric"]]
+    higher = s.get("higher_is_better", True)
+    out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
+    chance = at_chance(s, main)
+    if chance is not None:
+        out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "
+                   "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
+                   "the model can do, or more documents.")
+    out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
+    if "layer_type" in main and main["layer_type"].nunique() > 1 and s.get("block", 1) == 1:
+        out.append(_by_kind(main, ranked(main, higher), higher))
+    out += _correlations(s, len(main), higher)
+    return out
+
+
+def _correlations(s: dict, n: int, higher: bool) -> list[str]:
+    """How well d(l, 1) and the other cheap signals predict the measured cost, each with its interval: a signal is
+    called the one to trust only where its interval excludes 0 on the predicting side."""
+    out = []
+    rho = s.get("spearman_angular_delta")
+    if rho is not None:
+        strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"
+        expected = rho < 0 if higher else rho > 0  # bigger change -> bigger loss when removed
+        how = ("layers that change the representation more cost more to remove" if expected
+               else "the opposite of the usual reading: layers that change the representation more cost less to remove")
+        interval = spearman_interval(rho, n)
+        if interval is None:
+            out.append(f"Spearman(d(l, 1), dP) = {rho:+.2f} over only {n} layers: too few layers to tell.")
+        else:
+            low, high = interval
+            sure = "" if low > 0 or high < 0 else "; the interval includes 0, so this could be chance"
+            out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}, 95% "
+                       f"interval {low:+.2f} to {high:+.2f} over {n} layers{sure}): {how}.")
+    signals = s.get("spearman_delta") or {}
+    if len(signals) > 1:
+        sign = -1 if higher else 1  # rho with the cost of removing the layer, not with dP
+        names = {"angular": "d(l, 1)", "block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
+        ranked_signals = sorted(signals.items(), key=lambda item: -sign * item[1])
+        best, best_rho = ranked_signals[0]
+        listed = ", ".join(f"{names.get(k, k)} {sign * v:+.2f}" for k, v in ranked_signals)
+        head = f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; "
+        interval = spearman_interval(sign * best_rho, n)
+        if interval is None:
+            out.append(head + f"too few layers ({n}) to tell which to trust.")
+        elif sign * best_rho >= 0.4 and interval[0] > 0:
+            out.append(head + f"the one to trust for this model is {names.get(best, best)} (95% interval "
+                       f"{interval[0]:+.2f} to {interval[1]:+.2f}).")
+        else:
+            out.append(head + "none predicts it well here (below 0.4, or an interval that includes 0): measure "
+                       "with prune.")
+    return out
+
+
+def at_chance(summary: dict, main: Any) -> float | None:
+    """The chance level when the unpruned score is within two standard errors of it (or below it), else None."""
+    chance = chance_of(summary.get("task", ""), summary.get("metric", ""))
+    baseline = summary.get("baseline")
+    if chance is None or baseline is None:
+        return None
+    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main else []
+    margin = 2 * float(stderr.iloc[0]) if len(stderr) else 0.02
+    return chance if baseline <= chance + margin else None
+
+
+def _by_kind(main: Any, ordered: Any, higher: bool) -> str:
+    """A hybrid's layers by kind: which kind the cheapest removals are, and each kind's median cost."""
+    cheapest = ordered.head(max(1, len(ordered) // 3))
+    counts = cheapest["layer_type"].value_counts()
+    medians = main.groupby("layer_type")["delta"].median()
+    costs = ", ".join(f"{kind.replace('_', ' ')} {medians[kind]:+.3g} ({int((main['layer_type'] == kind).sum())} "
+                      "layers)" for kind in medians.sort_values(ascending=not higher).index)
+    share = ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in counts.items())
+    return (f"By kind of layer: of the {len(cheapest)} cheapest to remove, {share}; median dP per kind: {costs}.")
+
+
+def prune_table(run: Run) -> Any:
+    table = run.tables["prune"]
+    main = table[table["metric"] == run.summary["metric"]]
+    kinds = ["layer_type"] if "layer_type" in main and main["layer_type"].dropna().nunique() > 1 else []
+    shown = main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
+    if "delta_lo" in main and main["delta_lo"].notna().any():  # the paired interval and Holm's verdict
+        # the interval is each removal's own (uncorrected); Holm's adjusted p says why one that excludes 0 can still
+        # not be measurable once every removal of the sweep is tested
+        adjusted = holm_adjusted(main["p_value"].tolist()) if "p_value" in main else [float("nan")] * len(main)
+        shown = shown.assign(**{"95% interval (uncorrected)": [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else ""
+                                                               for lo, hi in zip(main["delta_lo"], main["delta_hi"])],
+                                "p (Holm-adjusted)": [f"{p:.2g}" if p == p else "" for p in adjusted],
+                                "measurable (Holm)": ["yes" if flag else "" for flag in main["significant"].astype(bool)]})
+    return shown
+
+
+def prune_by_depth(run: Run) -> tuple[Any, Any]:
+    """(start layer, rank of the cost of removing it, 0 = cheapest .. 1 = costliest) for the overlay across runs:
+    runs of different metrics (drift, kl, ppl, accuracy) and scales (a ppl of 40,000 for layer 0) share one axis."""
+    t = run.tables["prune"]
+    t = t[t["metric"] == run.summary["metric"]].sort_values("layer")
+    cost = -t["delta"] if run.summary.get("higher_is_better", True) else t["delta"]
+    ranks = cost.rank(method="average") - 1
+    return t["layer"], ranks / max(1, len(t) - 1)
+
+
+class Noise:
+    """Both runs' per-document records, when both hold them: the paired interval of each compared change decides
+    with the tolerance (a change within its interval is sampling noise, never a regression)."""
+
+    def __init__(self, old: Run, new: Run) -> None:
+        from layerprobe.evaluation import records
+
+        self.records = records
+        frames = [records.read_frame(run.folder) if run.folder is not None else None for run in (old, new)]
+        self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
+        self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
+
+    def check(self, check: Check, metric: str, label: str | None, worse: float | None = None,
+              score_only: bool = False) -> Check:
+        """The check decided by tolerance and interval together where the records give one (worse: the change in
+        the bad direction, for the baseline check; score_only: a curve point's score, not its dP)."""
+        if self.wide is None:
+            return check
+        found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
+        if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+            return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
+        beyond = found.lo > 0 or found.hi < 0
+        if worse is not None:  # only the bad direction fails a baseline
+            beyond = beyond and worse > 0
+        check.interval, check.rule = [found.lo, found.hi], "tolerance and paired interval"
+        check.failed = check.failed and beyond
+        return check
+
+
+def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) -> None:
+    if old.summary.get("task") != new.summary.get("task"):
+        raise RunError(f"prune runs of different tasks ({old.summary.get('task')} vs {new.summary.get('task')}): "
+                       "compare runs of the same --task.")
+    higher = bool(old.summary.get("higher_is_better", True))
+    a, b = old.tables["prune"], new.tables["prune"]
+    noise = Noise(old, new)
+    for metric in a["metric"].unique():
+        pa = a[a["metric"] == metric].set_index("removed")
+        pb = b[b["metric"] == metric].set_index("removed")
+        if pb.empty:
+            raise RunError(f"the new prune run has no metric '{metric}': compare runs of the same task and settings.")
+        same_keys(pa.index, pb.index, f"prune.csv ({metric})")
+        base_old, base_new = float(pa["baseline"].iloc[0]), float(pb["baseline"].iloc[0])
+        # scale: the baseline score, or for kl/drift (baseline 0) the largest drop the baseline run saw
+        limit = tol["prune"] * max(abs(base_old), float(pa["delta"].abs().max()), 1e-12)
+        worse = (base_old - base_new) if higher else (base_new - base_old)
+        into.checks.append(noise.check(Check(name, f"baseline {metric}", "unpruned", base_old, base_new,
+                                             base_new - base_old, limit, outside(base_old, base_new, max(worse, 0.0),
+                                                                                 limit)), metric, None, worse))
+        for removed, row in pa.iterrows():
+            other = float(pb.loc[removed, "delta"])
+            delta = other - float(row["delta"])
+            into.checks.append(noise.check(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other,
+                                                 delta, limit, outside(float(row["delta"]), other, delta, limit)),
+                                           metric, str(removed)))
