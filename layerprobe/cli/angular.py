@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import typer
 from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings

@@ -8,7 +8,6 @@ whole model, for about half the block-forwards.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any

@@ -12,7 +12,7 @@ from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
-from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
+from layerprobe.errors import ConfigError, NumericsError, numerics_fix
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator

@@ -12,7 +12,7 @@ from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import CORRECTION
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
-from layerprobe.runs.folder import model_label, read_json
+from layerprobe.runs.folder import model_label
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS
 from layerprobe.runs.columns import names, signals
