@@ -105,7 +105,7 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
         "variant', and the reason when not the prefix cache), the groups of rows sharing a few-shot prefix (groups, "
         "rows, prefix_tokens, over_memory: groups scored whole to fit --max-memory), and the block-tokens computed "
         "(block_tokens) next to what per-variant lm-eval computes for the same rows (naive_block_tokens); counts "
-        "are this process's", required=False, optional=True),
+        "are this process's (merge: the shards' summed)", required=False, optional=True),
     Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
     Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
         optional=True),

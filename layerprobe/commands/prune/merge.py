@@ -19,6 +19,7 @@ COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "varia
             "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard", "records",
             "correction", "significant"}
 BASELINE_RTOL = 1e-9
+SUMMED = ("block_tokens", "naive_block_tokens", "over_memory")  # prefix_cache's counts of what a process computed
 
 
 def _settings(run: Any) -> dict:
@@ -120,12 +121,20 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
     folder = prepare_run_dir(config.out, overwrite, command="prune")
     rows = [row for run in runs for row in run.tables["prune"].to_dict("records")]
     facts = {k: v for k, v in first.summary.items() if k not in COMPUTED}
+    if all(isinstance(run.summary.get("prefix_cache"), dict) for run in runs):
+        facts["prefix_cache"] = summed_prefix_cache([run.summary["prefix_cache"] for run in runs])
     warnings = list(dict.fromkeys(w for run in runs for w in run.summary.get("warnings", [])))
     seconds = sum(float(run.summary.get("seconds") or 0.0) for run in runs)
     merged = {"merged_from": [str(run.folder) for run in runs], "shards": count}
     return write_prune_outputs(folder, rows, config, facts, first.summary["higher_is_better"],
                                min(run.manifest.get("started", "") for run in runs), seconds, warnings, merged,
                                records=_records(runs))
+
+
+def summed_prefix_cache(shards: list[dict]) -> dict:
+    """The shards' prefix_cache as one sweep's: the first's path and groups, the compute counts summed (each shard
+    scored the unpruned model and its own variants, so the sum is what the sweep computed in all)."""
+    return shards[0] | {k: sum(s.get(k) or 0 for s in shards) for k in SUMMED if k in shards[0]}
 
 
 def _records(runs: list) -> list[dict] | None:
