@@ -217,8 +217,13 @@ def test_fallback_is_chosen_and_recorded(models, model_dirs, two_subjects, tmp_p
     assert recorded["path"] == "shared layers" and "sliding" in recorded["reason"] and recorded["groups"] == 0
     plain = invoke(*sweep_args(models["sliding"], two_subjects, tmp_path / "plain", "--no-shared-prefix"))
     assert plain.exit_code == 0, plain.output
-    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "sliding" / "prune.csv"),
-                                  pd.read_csv(tmp_path / "plain" / "prune.csv"), check_exact=True)
+    sliding, per_variant = (pd.read_csv(tmp_path / name / "prune.csv") for name in ("sliding", "plain"))
+    # accuracies and their intervals exact; the gold loglikelihood's mean change differs in float noise (1e-9 seen)
+    # where whole requests and HFLM's own batches sum in another order; its t test's p-value at 1e-4, as above
+    continuous = [c for c in sliding if c.startswith("loglik_")]
+    exact = [c for c in sliding if c not in continuous]
+    pd.testing.assert_frame_equal(sliding[exact], per_variant[exact], check_exact=True)
+    pd.testing.assert_frame_equal(sliding[continuous], per_variant[continuous], check_exact=False, rtol=0, atol=1e-4)
     bert = transformers.BertForMaskedLM.from_pretrained(model_dirs["bert"])
     assert "encoder" in support(bert)
 
