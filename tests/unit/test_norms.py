@@ -1,16 +1,12 @@
 """The normalization placement read from the blocks' structure (one forward), never from a name: the in-house
-family's six placements, three transformers families, and the real MiniLM (Post-LN)."""
+family's six placements and three transformers families (the real MiniLM: tests/test_placement_minilm.py)."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
 import transformers
-from typer.testing import CliRunner
 
-from layerprobe.cli import app
 from layerprobe.models.inhouse import build, make_config
 from layerprobe.models.layers import find_blocks
 from layerprobe.models.norms import block_placements, model_placement
@@ -46,15 +42,3 @@ def test_transformers_families(name, expected):
             vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)),
     }[name]().eval()
     assert model_placement(block_placements(model, find_blocks(model))) == expected
-
-
-def test_the_real_minilm_is_post_ln_in_the_summary_and_the_report(tmp_path):
-    out = tmp_path / "runs" / "angular"
-    runner = CliRunner()
-    result = runner.invoke(app, ["angular", "minilm", "--dataset", "builtin", "--tokens", "256", "--seq-len", "64",
-                                 "--batch-size", "2", "--device", "cpu", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["placement"] == "post" and summary["placement_by_layer"] == ["post"] * 6
-    assert runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "page")]).exit_code == 0
-    assert "Post-LN (the residual sum normalized)" in (tmp_path / "page" / "report.md").read_text()

@@ -106,16 +106,6 @@ def test_cli_bad_value_from_the_project_is_one_line(tmp_path, monkeypatch):
     assert "--batch-size must be positive, got 0 (from [tool.layerprobe] in" in " ".join(result.output.split())
 
 
-def test_export_and_toy_read_the_project(tmp_path, monkeypatch):
-    """Every command resolves the same way: toy's run folder and export's model come from [tool.layerprobe]."""
-    (tmp_path / "pyproject.toml").write_text('[tool.layerprobe]\nout = "runs"\nmodel = "no-such-folder/x/y"\n')
-    monkeypatch.chdir(tmp_path)
-    result = runner.invoke(app, ["toy", "--depth", "3", "--width", "8", "--samples", "16", "--norm", "pre"])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "runs" / "toy" / "summary.json").is_file()
-    result = runner.invoke(app, ["export", "--remove", "0", "--out", str(tmp_path / "e")])
-    assert result.exit_code == 2 and "no-such-folder/x/y" in result.output
-
 
 def test_docs_reference_is_the_help():
     """docs/cli.md is --help, rendered from the declarations: regenerate it with `python -m layerprobe.cli.docs`."""
