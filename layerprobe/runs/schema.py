@@ -29,6 +29,20 @@ def check_summary(command: str, summary: dict) -> dict:
     return summary
 
 
+def check_tables(command: str, tables: dict[str, Any]) -> None:
+    """Refuse a CSV (by stem) that no record declares, or a column its file's record does not list: what a run
+    writes is what docs/outputs.md says, and readers (report, compare, load_run) can rely on it."""
+    from layerprobe.runs.columns import TABLES, names
+
+    for stem, frame in tables.items():
+        table = TABLES.get(f"{stem}.csv")
+        undeclared = [] if table is None else [c for c in frame.columns if c not in names(table.columns)]
+        if table is None or undeclared:
+            what = f"{stem}.csv, which no record declares" if table is None else f"{stem}.csv's {undeclared}"
+            raise RunError(f"The {command} run would write {what}: please report this; each file and column a run "
+                           f"writes is declared in its command's record (a Table or Column).")
+
+
 def _fits(value: Any, key: Key) -> bool:
     if value is None:
         return key.optional

@@ -8,7 +8,7 @@ from typing import Any
 
 from layerprobe.runs.folder import release_run_dir, run_files, save_figure, write_csv, write_json
 from layerprobe.runs.manifest import build_manifest
-from layerprobe.runs.schema import check_summary
+from layerprobe.runs.schema import check_summary, check_tables
 
 
 @dataclass
@@ -36,9 +36,10 @@ def write_run(folder: Path, command: str, *, tables: dict[str, Any], figures: di
               config: Any, started: str, seconds: float, facts: dict, formats: tuple[str, ...] = ("png",),
               manifest_extra: dict | None = None, warnings: list[str] | None = None) -> RunResult:
     """Write each table as <stem>.csv, each figure as <stem>.<format>, then summary.json and manifest.json last
-    (a folder with both is a finished run). Every file is written atomically; the summary is checked against its
-    command's record (runs/schema.py) before anything is written."""
+    (a folder with both is a finished run). Every file is written atomically; the summary and every table are
+    checked against the command's record (runs/schema.py) before anything is written."""
     summary = check_summary(command, summary)
+    check_tables(command, tables)
     for stem, frame in tables.items():
         write_csv(folder / f"{stem}.csv", frame)
     for stem, figure in figures.items():

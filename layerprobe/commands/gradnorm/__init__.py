@@ -27,6 +27,24 @@ VARIANCE = (  # variance.csv: the output variance of each block
     Column("std", "its standard deviation"),
     Column("samples", "seeds x batches averaged"),
 )
+SAMPLES = (  # gradnorm_samples.csv: what gradnorm.csv and variance.csv average, one row per measurement
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("seed", "the initialization", key=True),
+    Column("step", "the training step measured (0: at initialization)", key=True),
+    Column("batch", "the batch, 0-based", key=True),
+    Column("layer", "block l", key=True),
+    Column("kind", "params, input, or variance (the block output's variance; grad_norm empty)", key=True,
+           number=False),
+    Column("module", "block, or a sub-module of it", key=True, number=False),
+    Column("grad_norm", "L2 norm of the gradient on this batch (params and input rows)", optional=True),
+    Column("variance", "variance of block l's output over hidden units on this batch (variance rows)", optional=True),
+)
+LOSS = (  # loss.csv (gradnorm --steps): the training loss of each (placement, seed) per step
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("seed", "the initialization", key=True),
+    Column("step", "the optimizer step", key=True),
+    Column("loss", "the training loss of that step's batch", "nats"),
+)
 TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of each (placement, seed) while it trains
     Column("placement", "the normalization placement (gradnorm.csv's norm)", key=True, number=False),
     Column("seed", "the initialization", key=True),
@@ -62,5 +80,6 @@ KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "grad
             READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig)
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
-                  tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING},
+                  tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING,
+                          "gradnorm_samples.csv": SAMPLES, "loss.csv": LOSS},
                   folder=named("gradnorm"), exports={"TrainSettings": TrainSettings})

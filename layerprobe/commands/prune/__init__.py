@@ -43,6 +43,10 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the variants of this "
            "metric, as `significant` decides for dP (False without an interval)", number=False, optional=True),
 )
+KINDS = (  # prune.csv's last column where the model's blocks differ in kind (layer_types in its config)
+    Column("layer_type", "the kind of the removed layer(s) (attention, mamba, sliding_attention, ...; '+' joins "
+           "several); written where the config names each layer's kind", optional=True, number=False),
+)
 RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned model's rows once
     Column("removed", "the variant's removed layers (prune.csv's removed), or 'unpruned'; a healed curve's sets as '<removed> healed' and 'unpruned healed'", key=True, number=False),
     Column("task", "the lm-eval task (a group's subtask) the document belongs to; squad; ppl, kl or drift",
@@ -190,11 +194,11 @@ SAMPLES = Table(RECORDS, intro="Per-document records of every scored sweep (`pru
                 "sets, `merge`): one row per (variant, document), the unpruned model's rows once, gzip-compressed CSV. "
                 "prune.csv's and curve.csv's intervals are computed from them; a score reproduced from them matches "
                 "prune.csv's to 1e-9, or its interval is left empty.")
-SCORES = Table(PRUNE + PAIRED, same_as="prune.csv")  # a curve's scores.csv: each scored set as prune.csv has it
+SCORES = Table(PRUNE + PAIRED + KINDS, same_as="prune.csv")  # a curve's scores.csv: each scored set as prune.csv has it
 
 PRUNE_COMMAND = Command("prune", "layerprobe.cli.prune:prune", "layerprobe.commands.prune.run:run_prune",
                         settings=PruneConfig, kind=PRUNE_KIND, summary=PRUNE_SUMMARY, folder=prune_folder,
-                        tables={"prune.csv": PRUNE + PAIRED, "samples.csv.gz": SAMPLES})
+                        tables={"prune.csv": PRUNE + PAIRED + KINDS, "samples.csv.gz": SAMPLES})
 CURVE_COMMAND = Command("curve", None, "layerprobe.commands.prune.curve:run_curve", settings=CurveSettings,
                         kind=CURVE_KIND, summary=CURVE_SUMMARY, folder=curve_folder,
                         tables={"curve.csv": CURVE + CURVE_PAIRED + CURVE_HEALED, "scores.csv": SCORES,
