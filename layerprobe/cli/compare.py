@@ -6,13 +6,13 @@ import typer
 
 from layerprobe.errors import RunError, check_path
 from layerprobe.cli.common import call, fail
+from layerprobe.runs.kinds import tolerance_help
 
 
 def compare(
     baseline: str = typer.Argument(..., help="Baseline run folder (or folder of runs, e.g. a committed reports/demo)."),
     new: str = typer.Argument(..., help="New run folder of the same command (or folder of runs, paired by path)."),
-    tolerance: list[str] = typer.Option(None, "--tolerance", help="KEY=VALUE, repeatable: angular (absolute), prune "
-                                        "(fraction of the baseline score), gradnorm, variance (relative)."),
+    tolerance: list[str] = typer.Option(None, "--tolerance", help=tolerance_help()),
     fmt: str = typer.Option("text", "--format", show_default=False, help="text (default), markdown ($GITHUB_STEP_SUMMARY), json or junit."),
     output: str = typer.Option(None, "--out", help="Also write the verdict to this file."),
     output_alias: str = typer.Option(None, "--output", hidden=True),  # the old name, kept for existing CI scripts

@@ -1,13 +1,7 @@
 """Compare two runs of one command, metric by metric and layer by layer, against tolerances: a CI verdict.
 
-Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]):
-    angular   absolute change of any d(l, n)                                   default 0.02
-              (monitor runs: of each d(l, 1) at each measured step)
-    prune     change of the baseline score (in the bad direction) or of any layer's dP, as a fraction
-              of the baseline score's magnitude (or of the largest |dP| when larger: kl, drift)  default 0.05
-    gradnorm  relative change of any block's gradient norm (params or input)    default 0.25
-              (monitor runs: of each block's gradient norm at each measured step)
-    variance  relative change of any block's output variance                   default 0.25
+Tolerances (keys of --tolerance and of [tool.layerprobe.tolerance]) are declared in the commands' records
+(Kind.tolerances: key, default, meaning); `layerprobe compare --help` and docs/cli.md list them.
 
 Sampling noise: when both prune (or curve) runs hold per-document records (samples.csv.gz) of the same documents,
 a baseline, dP or curve score check fails only when its change is beyond the tolerance AND beyond its paired 95%
@@ -24,10 +18,9 @@ from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from layerprobe.errors import ConfigError, RunError, article, check_path
-from layerprobe.runs.kinds import KINDS
+from layerprobe.runs.kinds import KINDS, tolerances
 from layerprobe.runs.read import Run, find_runs
 
-DEFAULT_TOLERANCE = {"angular": 0.02, "prune": 0.05, "gradnorm": 0.25, "variance": 0.25}
 FORMATS = ("text", "markdown", "json", "junit")
 
 
@@ -72,11 +65,12 @@ def outside(old: float, new: float, delta: float, limit: float) -> bool:
 
 def parse_tolerances(pairs: list[str] | None, project: dict | None = None) -> dict[str, float]:
     """Defaults, then the project's [tool.layerprobe.tolerance], then KEY=VALUE flags."""
-    tolerance = dict(DEFAULT_TOLERANCE)
+    declared = {key: t.default for key, t in tolerances().items()}
+    tolerance = dict(declared)
     items = list((project or {}).items()) + [_split(p) for p in pairs or []]
     for key, value in items:
-        if not isinstance(key, str) or key not in DEFAULT_TOLERANCE:
-            raise ConfigError(f"Unknown tolerance '{key}': use {', '.join(DEFAULT_TOLERANCE)} (e.g. --tolerance angular=0.05).")
+        if not isinstance(key, str) or key not in declared:
+            raise ConfigError(f"Unknown tolerance '{key}': use {', '.join(declared)} (e.g. --tolerance angular=0.05).")
         try:
             number = float(value) if not isinstance(value, bool) else math.nan
         except (TypeError, ValueError):
@@ -96,7 +90,7 @@ def _split(pair: str) -> tuple[str, str]:
 
 def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None = None) -> Comparison:
     """Compare two runs, or two folders of runs paired by their relative paths. tolerance: {key: value} for some of
-    DEFAULT_TOLERANCE's keys (the others keep their default), checked as --tolerance KEY=VALUE is."""
+    the declared keys (the others keep their default), checked as --tolerance KEY=VALUE is."""
     check_path(baseline, "compare's baseline")
     check_path(new, "compare's new run")
     if tolerance is not None and not isinstance(tolerance, dict):
@@ -274,3 +268,9 @@ def _junit(result: Comparison, max_rows: int) -> str:
     head = (f'<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>\n  <testsuite name="layerprobe compare" '
             f'tests="{len(result.checks)}" failures="{len(result.failures)}" errors="0">')
     return "\n".join([head, *cases, "  </testsuite>\n</testsuites>"]) + "\n"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_TOLERANCE":  # the old constant: the records' declarations now
+        return {key: t.default for key, t in tolerances().items()}
+    raise AttributeError(name)

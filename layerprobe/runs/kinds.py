@@ -18,6 +18,15 @@ from typing import Any, Callable
 
 
 @dataclass(frozen=True)
+class Tolerance:
+    """A key of compare's --tolerance (and [tool.layerprobe.tolerance]): its default and what it bounds."""
+
+    key: str
+    default: float
+    meaning: str  # one phrase: what it bounds, and how (absolute, relative, a fraction of what)
+
+
+@dataclass(frozen=True)
 class Kind:
     name: str
     tables: tuple[tuple[str, bool], ...]  # (CSV file, required) a finished run holds
@@ -35,6 +44,7 @@ class Kind:
     shared_plots: str | Callable | None = None  # (runs, folder) -> {index: figure}: plots drawn again alike when
     # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
+    tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function an attribute holds, imported first where it is named as 'module:function'."""
@@ -47,6 +57,21 @@ def resolve_ref(ref: str | Callable) -> Callable[..., Any]:
         return ref
     module, name = ref.split(":")
     return getattr(importlib.import_module(module), name)
+
+
+def tolerances() -> dict[str, Tolerance]:
+    """Every --tolerance key the registered kinds declare, in registration order (the first declaration of a key)."""
+    found: dict[str, Tolerance] = {}
+    for kind in KINDS.values():
+        for tolerance in kind.tolerances:
+            found.setdefault(tolerance.key, tolerance)
+    return found
+
+
+def tolerance_help() -> str:
+    """compare's --tolerance help, from the declarations."""
+    keys = ", ".join(f"{t.key} ({t.meaning}; default {t.default:g})" for t in tolerances().values())
+    return f"KEY=VALUE, repeatable: {keys}."
 
 
 KINDS: dict[str, Kind] = {}  # command -> its Kind, filled by layerprobe.commands.register from the records

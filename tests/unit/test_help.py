@@ -9,9 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
+from layerprobe.commands import COMMANDS as RECORDS
 from layerprobe.config import MODEL_HELP
 
-COMMANDS = ("angular", "prune", "gradnorm", "merge", "export", "heal", "report", "compare", "demo", "toy")
+COMMANDS = [name for name, record in RECORDS.items() if record.cli is not None]  # every command the CLI offers
 
 
 def help_of(*args: str) -> str:

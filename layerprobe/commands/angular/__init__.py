@@ -7,7 +7,7 @@ from layerprobe.commands.record import Command, named
 from layerprobe.config import AngularConfig
 from layerprobe.runs.columns import LAYERS, Column
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, F, I, Key, L, S
-from layerprobe.runs.kinds import Kind
+from layerprobe.runs.kinds import Kind, Tolerance
 
 ANGULAR = (  # angular.csv: one row per block of n layers starting at l
     Column("layer", "l, the first block", key=True),
@@ -32,7 +32,9 @@ KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.p
             (("normalization", "placement"), ("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
             READ + "angular_findings", READ + "angular_table", READ + "compare_angular",
             overlay=READ + "angular_by_depth", settings=AngularConfig, shared_plots=READ + "shared_heatmaps",
-            overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"))
+            overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"),
+            tolerances=(Tolerance("angular", 0.02, "absolute change of any d(l, n); monitor runs: of each d(l, 1) at "
+                                  "each measured step"),))
 COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",
                   settings=AngularConfig, kind=KIND, summary=SUMMARY,
                   tables={"layers.csv": LAYERS, "angular.csv": ANGULAR}, folder=named("angular"))

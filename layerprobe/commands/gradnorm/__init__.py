@@ -7,7 +7,7 @@ from layerprobe.commands.record import Command, named
 from layerprobe.config import GradnormConfig, TrainSettings
 from layerprobe.runs.columns import MONITOR, Column
 from layerprobe.runs.keys import RUN, D, F, I, Key, L, S
-from layerprobe.runs.kinds import Kind
+from layerprobe.runs.kinds import Kind, Tolerance
 
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("norm", "the normalization placement", key=True, number=False),
@@ -77,7 +77,10 @@ SUMMARY = RUN + (
 READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
             (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
-            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig)
+            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig,
+            tolerances=(Tolerance("gradnorm", 0.25, "relative change of any block's gradient norm, params or input; "
+                                  "monitor runs: at each measured step"),
+                        Tolerance("variance", 0.25, "relative change of any block's output variance")))
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
                   tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING,

@@ -11,7 +11,7 @@ from layerprobe.evaluation.variants import shard_suffix
 from layerprobe.runs.columns import Column, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, B, D, F, I, Key, L, S
-from layerprobe.runs.kinds import Kind
+from layerprobe.runs.kinds import Kind, Tolerance
 
 PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
     Column("layer", "the first removed layer"),
@@ -171,7 +171,10 @@ PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: perfor
                   READ + "prune_findings", READ + "prune_table", READ + "compare_prune", label_key="task",
                   overlay=READ + "prune_by_depth", settings=PruneConfig, wide_past=16,
                   overlay_axis=("rank of the cost (0 = cheapest)",
-                                "Cost of removing each layer, ranked within each run, by relative depth"))
+                                "Cost of removing each layer, ranked within each run, by relative depth"),
+                  tolerances=(Tolerance("prune", 0.05, "change of the baseline score in the bad direction or of any "
+                                        "dP (a curve's any score), as a fraction of the baseline score's magnitude, "
+                                        "or of the largest |dP| when larger: kl, drift"),))
 CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
                   "Removal curves: the score as more layers go, by strategy",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
