@@ -48,6 +48,7 @@ class HarnessTask:
     missing: dict = field(default_factory=dict)  # task -> the split settings its local copy lacked
     records: list = field(default_factory=list)  # the last evaluation's per-document records (evaluation/records.py)
     groups: dict = field(default_factory=dict)  # group -> the leaf tasks under it (records of a group's metric)
+    fewshot: dict = field(default_factory=dict)  # task -> the few-shot count lm-eval uses (after --num-fewshot)
 
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
@@ -75,13 +76,14 @@ class HarnessTask:
                 hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
                 raise TaskError(f"Unknown task '{self.name}'.{hint}")
             self._load(manager)
-        for task in self.loaded["tasks"].values():
+        for name, task in self.loaded["tasks"].items():
             self.output_types.add(task.get_config("output_type"))
             if self.num_fewshot is not None and task.get_config("num_fewshot") != 0:
                 task.set_config(key="num_fewshot", value=self.num_fewshot)
             elif task.get_config("num_fewshot") is None:
                 task.set_config(key="num_fewshot", value=0)
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
+            self.fewshot[name] = int(task.get_config("num_fewshot") or 0)
             _reuse_requests(task)
         from layerprobe.evaluation.local_data import score_existing_splits
 
@@ -92,6 +94,11 @@ class HarnessTask:
                 split["scored"] = n if self.limit is None else min(n, math.ceil(n * self.limit) if self.limit < 1
                                                                    else int(self.limit))
         return self
+
+    def fewshot_used(self) -> int | None:
+        """The few-shot count lm-eval uses for every task of this run (None: its tasks use different counts)."""
+        counts = set(self.fewshot.values())
+        return counts.pop() if len(counts) == 1 else None
 
     def _load(self, manager: Any) -> None:
         """The task from `manager`'s index, its datasets from the local copies where they hold them."""

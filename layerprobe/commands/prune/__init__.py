@@ -100,7 +100,9 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("limit", F, "lm-eval/squad: --limit", required=False, optional=True),
     Key("max_length", I, "squad: window length", required=False),
     Key("doc_stride", I, "squad: window stride", required=False),
-    Key("num_fewshot", I, "lm-eval: few-shot examples (null: the task's default)", required=False, optional=True),
+    Key("num_fewshot", I, "lm-eval: the few-shot examples it used per question (--num-fewshot, else the task's "
+        "default; null: its tasks use different counts, see num_fewshot_by_task)", required=False, optional=True),
+    Key("num_fewshot_by_task", D, "lm-eval: each task's few-shot count as used", required=False, optional=True),
     Key("seed", I, "lm-eval: seed", required=False),
     Key("fewshot_seed", I, "lm-eval: few-shot sampling seed", required=False),
     Key("shared_prefix", D, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "

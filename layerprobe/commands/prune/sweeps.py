@@ -13,6 +13,7 @@ from layerprobe.commands.prune.outputs import check_metric
 from layerprobe.config import PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, TaskError, numerics_fix
+from layerprobe.evaluation.harness import FEWSHOT_SEED, SEED
 from layerprobe.evaluation.records import UNPRUNED, sequence_rows
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
@@ -288,8 +289,8 @@ class HarnessSweep:
         return bool(harness.higher_is_better().get(metric.split("[")[0], True))
 
     def facts(self, job: SweepJob) -> dict:
-        return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
-                "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
+        return {"num_fewshot": self.harness.fewshot_used(), "num_fewshot_by_task": self.harness.fewshot or None,
+                "limit": self.config.limit, "seed": SEED, "fewshot_seed": FEWSHOT_SEED, "shared_prefix": job.ledger.state.get("shared_prefix"),
                 "prefix_cache": job.ledger.state.get("prefix_cache"),
                 "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
                 "splits": self.harness.splits, "groups": self.harness.groups or None}
