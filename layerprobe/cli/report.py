@@ -8,7 +8,7 @@ from layerprobe.cli.common import call, out
 
 
 def report(
-    runs: list[str] = typer.Argument(..., help="Run folders (or folders of runs) written by angular/prune/gradnorm."),
+    runs: list[str] = typer.Argument(..., help="Run folders (or folders of runs) written by layerprobe."),
     out_dir: str = typer.Option(None, "--out", help="Where report.html and report.md go (default: the runs' common parent)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a report.html, report.md or report_files/ in "
                                    "--out that layerprobe did not write (its own earlier report is replaced without it)."),

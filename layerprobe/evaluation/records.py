@@ -27,7 +27,7 @@ def healed_label(label: str) -> str:
     return (label or UNPRUNED) + HEALED
 FILE = "samples.csv.gz"
 REPRODUCE_RTOL = 1e-9  # records must give the table's score to this relative precision, else no interval
-# the columns every records file has, in order (docs: runs/columns.py RECORDS); each per-document metric of the
+# the columns every records file has, in order (declared in commands/prune/__init__.py RECORDS); each per-document metric of the
 # task follows as a column of its own (acc, acc_norm, exact_match, f1, ...)
 FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_loglik", "gold_loglik_norm",
          "tokens", "total")

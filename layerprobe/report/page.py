@@ -192,7 +192,7 @@ def name_alike(runs: list[Run]) -> None:
 def report_runs(paths: list[str], out: str | None = None, overwrite: bool = False) -> Report:
     """Load runs (or folders of runs) and write the page; default out: the runs' common parent folder."""
     if not paths:
-        raise RunError("No run folders given: pass one or more folders written by layerprobe angular/prune/gradnorm.")
+        raise RunError("No run folders given: pass one or more run folders written by layerprobe.")
     for path in paths:
         check_path(path, "report's run folder")
     if out is not None:

@@ -106,7 +106,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     if path.exists() and not path.is_dir():
         raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
     if not path.is_dir():
-        raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe angular/prune/gradnorm.")
+        raise RunError(f"Run folder '{folder}' does not exist: pass a run folder written by layerprobe.")
     if (path / LOCK).exists():
         raise RunError(f"'{folder}' is an unfinished run (its {LOCK} is there: a run is writing it, or was killed): "
                        f"finish it with the same command and --resume, or run it again{_see_later(path)}.")

@@ -1,6 +1,7 @@
-"""summary.json, described once: every key each command writes, its type and meaning, with a schema_version.
+"""The checks of what a run writes against its command's record (each key of summary.json, its type and meaning,
+with a schema_version; each CSV and its columns), and docs/outputs.md rendered from the records.
 
-write_run checks a summary against its command's record before anything is written (an undeclared key, a
+write_run checks a summary and its tables against the command's record before anything is written (an undeclared key, a
 missing required key or a value of the wrong type is a bug, never a file), readers can rely on the declared keys,
 and docs/outputs.md is rendered from here (`python -m layerprobe.runs.schema > docs/outputs.md`, checked by a test).
 A new summary key is one Key line in its command's record.
@@ -25,7 +26,7 @@ def check_summary(command: str, summary: dict) -> dict:
     wrong = sorted(k for k, v in summary.items() if k in keys and not _fits(v, keys[k]))
     if unknown or missing or wrong:
         raise RunError(f"The {command} summary breaks its schema (undeclared {unknown}, missing {missing}, wrong "
-                       f"type {wrong}): please report this; runs/schema.py declares every key.")
+                       f"type {wrong}): please report this; each key is declared in its command's record.")
     return summary
 
 

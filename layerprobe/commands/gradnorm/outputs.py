@@ -17,7 +17,7 @@ from layerprobe.runs.columns import names
 
 GradnormRun = RunResult  # tables: gradnorm, gradnorm_samples, variance (and loss with --steps)
 
-COLUMNS = names(GRADNORM)  # runs/columns.py
+COLUMNS = names(GRADNORM)  # declared in this command's record (commands/gradnorm/__init__.py)
 
 
 @dataclass

@@ -29,7 +29,7 @@ def monitor_findings(run: Run) -> list[str]:
 
 
 def monitor_table(run: Run) -> Any:
-    """The last measured step's row per layer, labelled as in runs/columns.py."""
+    """The last measured step's row per layer, labelled as its record's columns are (runs/columns.py MONITOR)."""
     table = run.tables["monitor"]
     last = table[table["step"] == table["step"].max()]
     shown = [c for c in MONITOR if c.label != "" and c.name in last]

@@ -43,7 +43,7 @@ from layerprobe.metrics.paired import CORRECTION
 from layerprobe.report.findings import chance_of
 from layerprobe.settings import takes
 
-CURVE_COLUMNS = names(CURVE)  # runs/columns.py
+CURVE_COLUMNS = names(CURVE)  # declared in prune's record (commands/prune/__init__.py)
 CURVE_PAIRED = names(PAIRED_COLUMNS)  # the paired interval of each point's delta (evaluation/records.py)
 CURVE_HEALED = names(HEALED_COLUMNS)  # --heal: the healed points' paired intervals
 

@@ -17,7 +17,7 @@ from layerprobe.runs.write import RunResult, write_run
 from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS
 from layerprobe.runs.columns import names, signals
 
-COLUMNS = names(PRUNE_COLUMNS)  # runs/columns.py
+COLUMNS = names(PRUNE_COLUMNS)  # declared in this command's record (commands/prune/__init__.py)
 PREFERRED = ("acc", "acc_norm", "f1", "exact_match", "ppl", "kl", "drift")
 
 PruneRun = RunResult  # tables: prune (COLUMNS)

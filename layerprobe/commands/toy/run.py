@@ -26,7 +26,7 @@ from layerprobe.commands.toy import TOY
 from layerprobe.runs.columns import names
 from layerprobe.settings import takes
 
-COLUMNS = names(TOY)  # runs/columns.py
+COLUMNS = names(TOY)  # declared in this command's record (commands/toy/__init__.py)
 # Random-walk argument for Pre-LN (see the toy-model note): ||h_l|| ~ l^(1/2), 1 - cos(h_l, h_l+1) ~ l^(-1).
 EXPECTED_PRE = {"hidden_norm": 0.5, "one_minus_cos_next": -1.0}
 
