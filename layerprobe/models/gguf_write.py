@@ -52,9 +52,10 @@ def is_sliding(architecture: str, reader: Any, index: int) -> bool:
     if architecture == "gemma3" and (window is None or not _value(window)):
         return False  # Gemma 3 without a window: every layer full
     given = reader.fields.get(f"{architecture}.{PATTERN}")
-    if given is not None and len(given.types) == 1:  # a scalar period overrides the default
+    if given is not None and len(given.types) == 1:  # a scalar period overrides the default; 0: all sliding
         period = int(_value(given))
-    return period == 0 or index % period < period - 1
+        return period == 0 or index % period < period - 1
+    return period > 0 and index % period < period - 1
 
 
 def source_layout(reader: Any) -> tuple[str, int]:
@@ -108,7 +109,7 @@ def prune_gguf(source: Path, keep: list[int], target: Path, record: dict) -> Pru
         elif key == f"{architecture}.{PATTERN}":  # a scalar period: written out below as the kept layers' kinds
             continue
         writer.add_key_value(key, value, kind, sub)
-    if ARCHITECTURES[architecture] and f"{architecture}.{PATTERN}" not in arrays:
+    if f"{architecture}.{PATTERN}" not in arrays and any(is_sliding(architecture, reader, i) for i in range(count)):
         pattern = [is_sliding(architecture, reader, i) for i in keep]
         writer.add_key_value(f"{architecture}.{PATTERN}", pattern, gguf.GGUFValueType.ARRAY, gguf.GGUFValueType.BOOL)
     writer.add_key_value(MARK, json.dumps(record, sort_keys=True), gguf.GGUFValueType.STRING)
