@@ -31,6 +31,11 @@ def llamacpp(path: Path, n_ctx: int = 512):
                  logits_all=False)
 
 
+def last_logits(model) -> np.ndarray:
+    """The logits after the last token evaluated (llama-cpp-python keeps `scores` only with logits_all)."""
+    return np.ctypeslib.as_array(model._ctx.get_logits(), shape=(model.n_vocab(),)).astype(np.float64)
+
+
 def llamacpp_next_logits(path: Path, prompts: list[list[int]]) -> np.ndarray:
     """(prompts, vocab): llama.cpp's logits after each prompt's last token."""
     model = llamacpp(path)
@@ -38,7 +43,7 @@ def llamacpp_next_logits(path: Path, prompts: list[list[int]]) -> np.ndarray:
     for ids in prompts:
         model.reset()
         model.eval(ids)
-        rows.append(np.array(model.scores[model.n_tokens - 1], dtype=np.float64))
+        rows.append(last_logits(model))
     return np.stack(rows)
 
 
@@ -79,7 +84,7 @@ def speeds(path: Path, prompt_len: int = 128, new_tokens: int = 32) -> dict:
     prompt = time.perf_counter() - start
     start = time.perf_counter()
     for _ in range(new_tokens):
-        model.eval([int(np.argmax(model.scores[model.n_tokens - 1]))])
+        model.eval([int(np.argmax(last_logits(model)))])
     decode = time.perf_counter() - start
     return {"prompt_tokens_per_second": prompt_len / prompt, "decode_tokens_per_second": new_tokens / decode}
 
