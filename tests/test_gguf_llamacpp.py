@@ -3,7 +3,7 @@ skipped when llama_cpp is not importable, and in the extended tier): SmolLM2 wit
 without 3-4 (the old full-attention layer 5 lands on index 3, which llama.cpp's implicit Gemma 3 pattern calls
 sliding: only the written pattern gives it its kind). Next-token logits on a few prompts against transformers on the
 HF export of the same removal: top-1 equal on every prompt, and the largest |difference| within what llama.cpp's
-quantized arithmetic gives on the unpruned model (measured here as the baseline, times 2)."""
+quantized arithmetic gives on the unpruned model (measured here as the baseline) plus one logit."""
 
 from __future__ import annotations
 
@@ -38,5 +38,6 @@ def test_llamacpp_loads_the_export_and_agrees_with_transformers(model, remove, p
     source = Path(done["gguf"]["file"])
     original = bench.compare(source, load_model(model, dtype="float32", device="cpu").path, prompts)
     assert pruned["top1_equal"], pruned
-    assert pruned["max_abs_logit_difference"] <= 2 * max(original["max_abs_logit_difference"], 0.05), (pruned,
-                                                                                                       original)
+    # measured (reports/examples/gguf-export): SmolLM2 2.13 vs 1.42 unpruned, Gemma 3 1.99 vs 2.05; Gemma 3's file
+    # without the written pattern (llama.cpp's implicit one on the renumbered blocks) differs by 3.57, beyond this
+    assert pruned["max_abs_logit_difference"] <= original["max_abs_logit_difference"] + 1.0, (pruned, original)
