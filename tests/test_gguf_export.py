@@ -159,6 +159,18 @@ def test_an_unknown_gguf_architecture_is_refused_before_loading(tmp_path, cache)
     assert_error(invoke("export", str(source), "--remove", "1", "--format", "gguf", "--out", str(out)),
                  "GGUF architecture 'mamba'")
     assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["odd.gguf"]
+    ours = tiny_gguf(tmp_path / "ours.gguf", "llama", 4, {})
+    assert_error(invoke("export", str(ours), "--remove", "1", "--format", "gguf", "--out", str(ours)), "exists")
+    assert_error(invoke("export", str(ours), "--remove", "1", "--format", "gguf", "--out", str(ours), "--overwrite"),
+                 "was not written by layerprobe")
+    from layerprobe.models.gguf_write import prune_gguf
+
+    earlier = tmp_path / "earlier.gguf"  # an earlier export (it has the mark) as the source: still never replaced
+    prune_gguf(ours, [0, 1, 2], earlier, {"removed": [3]})
+    before = earlier.read_bytes()
+    assert_error(invoke("export", str(earlier), "--remove", "1", "--format", "gguf", "--out", str(earlier),
+                        "--overwrite"), "is the source model")
+    assert earlier.read_bytes() == before
 
 
 @needs_smollm2
@@ -193,3 +205,22 @@ def test_a_removal_leaving_no_blocks_writes_nothing(tmp_path):
     with pytest.raises(RunError, match="leaves no blocks"):
         prune_gguf(source, [], tmp_path / "cut.gguf", {})
     assert not (tmp_path / "cut.gguf").exists()
+
+
+@needs_smollm2
+@pytest.mark.extended  # a second SmolLM2 export (two with --overwrite): the folder export covers the writing
+def test_a_gguf_out_path_is_one_file_and_overwrite_replaces_only_our_own(cache, tmp_path):
+    from layerprobe.commands.export import run_export
+    from layerprobe.config import ExportConfig, ModelOptions
+
+    target = tmp_path / "smollm2-27.gguf"
+    for overwrite in (False, True):
+        config = ExportConfig(model=ModelOptions(model="smollm2", device="cpu", dtype="float32"), remove="20-22",
+                              out=str(target), formats=("gguf",), overwrite=overwrite, timing_seq_len=16,
+                              timing_repeats=1, timing_new_tokens=0)
+        done = run_export(config)
+        assert done["gguf_export"]["file"] == "smollm2-27.gguf" and done["gguf_export"]["block_count"] == 27
+        assert [p.name for p in tmp_path.iterdir()] == ["smollm2-27.gguf"]  # no record, lock or scratch beside it
+        reader = gguf.GGUFReader(str(target))
+        assert json.loads(reader.fields[MARK].contents())["removed"] == [20, 21, 22]
+        assert reader.fields["llama.block_count"].contents() == 27

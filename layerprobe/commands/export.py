@@ -273,7 +273,8 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
         mark = {k: removal[k] for k in ("source_model", "weights", "num_layers_original", "removed", "kept",
                                         "convention")}
         target = partial if partial.is_file() else partial / GGUF_NAME
-        removal["gguf_export"] = write_gguf(loaded, keep, target, want, batch, tolerance, mark, config.verify)
+        removal["gguf_export"] = write_gguf(loaded, keep, target, want, batch, tolerance, mark, config.verify,
+                                            Path(config.out).name if partial.is_file() else GGUF_NAME)
         if partial.is_file():  # the .gguf file alone: its layerprobe.removal key is the record
             return removal
     if part == "block" and hf:

@@ -41,7 +41,8 @@ def check_gguf_request(formats: tuple[str, ...], out_arg: str, part: str, kind: 
     if out_arg.lower().endswith(".gguf"):
         if formats != ("gguf",):
             raise ConfigError(f"--out '{out_arg}' is one .gguf file: --format {','.join(formats)} needs a folder.")
-        guard_gguf_file(out_arg, overwrite)
+        if guard_gguf_file(out_arg, overwrite) == source.resolve():
+            raise RunError(f"--out '{out_arg}' is the source model: pass a new path; the source is never replaced.")
 
 
 def guard_gguf_file(out_arg: str, overwrite: bool) -> Path:
@@ -63,8 +64,8 @@ def guard_gguf_file(out_arg: str, overwrite: bool) -> Path:
 
 
 def write_gguf(loaded: Any, keep: list[int], target: Path, want: Any, batch: Any, tolerance: float,
-               record: dict, verify: bool) -> dict:
-    """The cut GGUF at `target`, checked against its source and, with `verify`, reloaded with transformers' GGUF
+               record: dict, verify: bool, name: str) -> dict:
+    """The cut GGUF at `target` (published as `name`), checked against its source and, with `verify`, reloaded with transformers' GGUF
     loader and compared with `want` (the pruned model's output on `batch`). What was written and checked."""
     source = Path(loaded.gguf["file"])
     done = prune_gguf(source, keep, target, record)
@@ -74,7 +75,7 @@ def write_gguf(loaded: Any, keep: list[int], target: Path, want: Any, batch: Any
         raise RunError(f"The exported GGUF loaded with transformers differs from the pruned model by {difference:.3g} "
                        f"(tolerance {tolerance:g}): not exported; please report this architecture "
                        f"({done.architecture}).")
-    return {"file": target.name, "architecture": done.architecture, "block_count": done.block_count,
+    return {"file": name, "architecture": done.architecture, "block_count": done.block_count,
             "source_block_count": done.source_block_count, "source_file": str(source),
             "quantization": done.quantization, "tensors": done.tensors, "tensors_copied_byte_for_byte": done.tensors,
             "tensors_changed_type": [], "per_layer_arrays_cut": done.cut_arrays,
