@@ -41,6 +41,7 @@ DEMO_REFERENCE = "reports/demo"  # the committed demo run: never a default --out
 
 # the options every run folder has: where it goes and how it is drawn, never what it measures
 _OUT = dict(numbers=False, flag="--out")
+EXPORT_FORMATS = ("hf", "gguf")
 _FORMATS = dict(numbers=False, flag="--format", parse="csv", choices=FORMATS,
                 help="Plot formats, comma-separated: png, svg, pdf.")
 _SUBLAYER = ("--part attn|mlp: branch zeroes what the sub-layer adds to the residual stream and keeps every norm "
@@ -250,8 +251,13 @@ class ExportConfig:
     strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
-    out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint.")
+    out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint (with --format gguf alone, "
+                       "a path ending in .gguf writes just that file).")
     overwrite: bool = setting(False, numbers=False, help="Replace an --out folder that an earlier export wrote.")
+    formats: tuple[str, ...] = setting(("hf",), numbers=False, flag="--format", parse="csv", choices=EXPORT_FORMATS,
+                                       help="What to write, comma-separated: hf (a transformers folder), gguf "
+                                       "(model.gguf for llama.cpp, from a GGUF source: its kept blocks byte for "
+                                       "byte), or hf,gguf.")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     verify: bool = setting(True, numbers=False, negative=True, help="Reload the export with plain transformers and "
                            "compare its outputs with the pruned model before finishing.")

@@ -32,6 +32,17 @@ def export(
     if done["verified_max_difference"] is not None:
         out.print(f"verified: reloaded with {done['loads_with'].split('.from_pretrained')[0]}, largest output difference "
                   f"{done['verified_max_difference']:.2g}", highlight=False)
+    written = done.get("gguf_export")
+    if written:
+        check = written["checked"]
+        out.print(f"gguf: {written['file']} ({written['quantization']}), {written['tensors']} tensors copied byte for "
+                  f"byte, block_count {written['block_count']}, per-layer arrays cut: "
+                  f"{', '.join(check['per_layer_arrays']) or 'none in the source'}"
+                  + (", sliding-window pattern written" if written["sliding_window_pattern_written"] else ""),
+                  highlight=False)
+        if written["verified_max_difference"] is not None:
+            out.print(f"verified: loaded with transformers' GGUF loader, largest logit difference "
+                      f"{written['verified_max_difference']:.2g} (tolerance {written['tolerance']:g})", highlight=False)
 
 
 def _speed(value: float) -> str:

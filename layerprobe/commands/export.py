@@ -28,6 +28,7 @@ from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_cu
 from layerprobe.files import publishing
 from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, run_files
 from layerprobe.settings import takes
+from layerprobe.commands.export_gguf import GGUF_NAME, check_gguf_request, guard_gguf_file, write_gguf
 
 # the Linear that produces a sub-layer's output, by name: zeroing it (and its bias) zeroes the sub-layer's output
 OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
@@ -126,7 +127,10 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
-    out = guard_out(config.out, locate(spec, config.model.gguf_file)[1], config.overwrite)
+    kind, source = locate(spec, config.model.gguf_file)
+    check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite)
+    single = "gguf" in config.formats and config.out.lower().endswith(".gguf")  # --out is the .gguf file itself
+    out = guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, source, config.overwrite)
     with contextlib.ExitStack() as held:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +138,8 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         except OSError as exc:  # /proc/x, /dev/null/x, a read-only folder
             raise RunError(f"--out '{config.out}' cannot be created or written ({exc.strerror or first_line(exc)}): "
                            "pass a writable folder.") from None
-        guard_out(config.out, None, config.overwrite)  # another export may have finished there meanwhile
+        # another export may have finished there meanwhile
+        guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, None, config.overwrite)
         return _export(config, spec, remove, part, out, progress)
 
 
@@ -218,7 +223,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     progress("export", 1, 4)
     gain = measure_gain(model, stack, ids, batch, config.timing_repeats, part, config.timing_new_tokens, longest)
     try:
-        with publishing(out, folder=True) as partial:  # --out is a whole export or what it was before
+        with publishing(out, folder=out.suffix.lower() != ".gguf" or "hf" in config.formats) as partial:
+            # --out is a whole export or what it was before
             removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress)
             progress("export", 3, 4)
     except BaseException as exc:
@@ -240,25 +246,38 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
     keep = [i for i in range(len(stack)) if i not in ids]
     zeroed: list[str] = []
     kinds = layer_kinds(model, stack)
+    hf = "hf" in config.formats
     with removed(model, ids, part, stack) as short:
         want = output(model, batch)  # the pruned model as every layerprobe measurement ran it
         if part == "block":
             _check_kinds_written(model, short, [kinds[i] for i in keep], ids)
-            with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
-                model.save_pretrained(partial)
+            if hf:
+                with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
+                    model.save_pretrained(partial)
     if part != "block":
         zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
         with loaded.as_saved():
             model.save_pretrained(partial)
     progress("export", 2, 4)
-    dtype = next(model.parameters()).dtype
-    difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
     tolerance = config.tolerance if config.tolerance is not None else (1e-4 if loaded.dtype == "float32" else 2e-2)
-    _check_difference(difference, tolerance, loaded, head_class)
-    if loaded.tokenizer is not None:
-        loaded.tokenizer.save_pretrained(partial)
+    difference = None
+    if hf:
+        dtype = next(model.parameters()).dtype
+        difference = verify_reload(partial, want, head_class, batch, dtype) if config.verify else None
+        _check_difference(difference, tolerance, loaded, head_class)
+        if loaded.tokenizer is not None:
+            loaded.tokenizer.save_pretrained(partial)
     removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
-    if part == "block":
+    removal["formats"] = list(config.formats)
+    if "gguf" in config.formats:
+        mark = {k: removal[k] for k in ("source_model", "weights", "num_layers_original", "removed", "kept",
+                                        "convention")}
+        target = partial if partial.is_file() else partial / GGUF_NAME
+        removal["gguf_export"] = write_gguf(loaded, keep, target, want, batch, tolerance, mark, config.verify,
+                                            Path(config.out).name if partial.is_file() else GGUF_NAME)
+        if partial.is_file():  # the .gguf file alone: its layerprobe.removal key is the record
+            return removal
+    if part == "block" and hf:
         # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
         source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec
         note = (f"source: the dequantized cache of {loaded.spec} (mergekit cannot read GGUF files)"

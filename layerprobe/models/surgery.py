@@ -27,7 +27,7 @@ def check_indices(indices: Iterable[int], num_layers: int) -> list[int]:
 
 # Config fields that describe the layers one by one (transformers families that have them):
 PER_LAYER_LISTS = ("layer_types", "no_rope_layers", "layers_block_type")  # one entry per layer: kept entries stay
-LAYER_ID_LISTS = ("mlp_only_layers",)  # lists of layer ids: renumbered, removed ones dropped
+LAYER_ID_LISTS = ("mlp_only_layers", "moe_layers")  # lists of layer ids: renumbered, removed ones dropped
 LEADING_COUNTS = ("max_window_layers", "first_k_dense_replace")  # "the first n layers": n recounted over kept ones
 
 
