@@ -94,7 +94,7 @@ def newcombe_paired(before: Sequence[float], after: Sequence[float], level: floa
     delta = p1 - p2
     lo = delta - math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
     hi = delta + math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
-    return lo, hi
+    return max(lo, -p2), min(hi, 1 - p2)  # the change of a proportion that starts at p2 lies in [-p2, 1 - p2]
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:

@@ -124,7 +124,7 @@ def prune_findings(run: Run) -> list[str]:
     few = bool(s.get("records")) and s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
     if few:
         out.append(f"Too few documents to test ({s['documents']}, fewer than {s['min_documents']}): no removal is "
-                   "called measurably different or not; the ranking below is by point estimate only.")
+                   "tested; the ranking below is by point estimate only.")
         out += _point_ranking(main, higher, s, few=True)
     else:
         out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
@@ -200,8 +200,8 @@ def _trust(test: dict | None, names: dict, best: str, interval: tuple) -> str:
     if test.get("separates"):
         return (f"the one to trust for this model is {names.get(best, best)}: its rho exceeds {other}'s by {gap} "
                 f"({how}).")
-    return (f"{alone}, but the signals agree: its rho minus {other}'s is {gap} ({how}), so none is the one to "
-            "trust over the others.")
+    return (f"{alone}, but the signals agree: its rho minus {other}'s is {gap} ({how}), so no signal is to be "
+            "preferred over the others.")
 
 
 def at_chance(summary: dict, main: Any) -> float | None:
