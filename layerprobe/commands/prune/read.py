@@ -263,6 +263,21 @@ class Noise:
         frames = [records.read_frame(run.folder) if run.folder is not None else None for run in (old, new)]
         self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
         self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
+        self.stderrs: dict[str, list[float]] = {}  # per metric, the paired stderr of every compared change
+
+    def detectable(self, name: str) -> list[str]:
+        """compare's notes: per metric, the smallest change its paired intervals could see (80% power, each check
+        alone at 0.05, as compare decides them), from the median stderr of the compared changes."""
+        from layerprobe.metrics.decisions import detectable
+
+        out = []
+        for metric, found in self.stderrs.items():
+            smallest = detectable(sorted(found)[len(found) // 2], 1) if found else 0.0
+            if smallest > 1e-12:  # identical records: every change is exactly 0, nothing to state
+                out.append(f"{repr(name) + ': ' if name else ''}a change in {metric} smaller than {smallest:.3g} cannot be seen by these "
+                           f"records' paired intervals (minimum detectable effect: 80% power, two-sided 0.05 per "
+                           f"check, median stderr over {len(found)} checks); a pass below it is not equivalence")
+        return out
 
     def check(self, check: Check, metric: str, label: str | None, worse: float | None = None,
               score_only: bool = False) -> Check:
@@ -273,6 +288,8 @@ class Noise:
         found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
         if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
             return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
+        if found.stderr == found.stderr:
+            self.stderrs.setdefault(metric, []).append(found.stderr)
         beyond = found.lo > 0 or found.hi < 0
         if worse is not None:  # only the bad direction fails a baseline
             beyond = beyond and worse > 0
@@ -307,3 +324,4 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
             into.checks.append(noise.check(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other,
                                                  delta, limit, outside(float(row["delta"]), other, delta, limit)),
                                            metric, str(removed)))
+    into.notes += noise.detectable(name)

@@ -169,3 +169,4 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
+    into.notes += noise.detectable(name)
