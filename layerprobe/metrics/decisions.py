@@ -141,3 +141,25 @@ def spearman_difference(a: Sequence[float], b: Sequence[float], cost: Sequence[f
     draws = draws[np.isfinite(draws)]
     lo, hi = (float(np.quantile(draws, q)) for q in (0.5 - LEVEL / 2, 0.5 + LEVEL / 2))
     return SpearmanDifference(point, lo, hi, resamples, seed)
+
+
+def clustered_mean_change(before: Sequence[float], after: Sequence[float], clusters: Sequence) -> tuple[float, float,
+                                                                                                       float, float,
+                                                                                                       float]:
+    """(change, stderr, lo, hi, p) of mean(after - before) with a cluster-robust (CR1) standard error: documents in
+    one cluster (an MMLU subject, sharing its few-shot prefix) may be correlated. Var = G / (G - 1) x
+    sum_g (sum_{i in g} (d_i - mean d))^2 / n^2; the interval and p from Student's t with G - 1 degrees of freedom."""
+    from scipy import stats
+
+    d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    labels = np.asarray(clusters)
+    groups = np.unique(labels)
+    n, g = len(d), len(groups)
+    mean = float(d.mean())
+    if g < 2:
+        return mean, math.nan, math.nan, math.nan, math.nan
+    sums = np.array([(d[labels == c] - mean).sum() for c in groups])
+    stderr = math.sqrt(g / (g - 1) * float((sums ** 2).sum())) / n
+    q = float(stats.t.ppf(0.5 + LEVEL / 2, g - 1))
+    p = float(2 * stats.t.sf(abs(mean) / stderr, g - 1)) if stderr > 0 else (1.0 if mean == 0 else 0.0)
+    return mean, stderr, mean - q * stderr, mean + q * stderr, p

@@ -275,3 +275,23 @@ def test_too_few_documents_ranks_without_verdicts():
     text = " ".join(prune_findings(_prune_run(base, pruned)))
     assert "Too few documents to test (6, fewer than 10)" in text and "Cheapest to remove, by point estimate" in text
     assert "measurably" not in text
+
+
+def test_clustered_change_is_statsmodels_cluster_robust_ols_with_g_minus_1_df():
+    """mean(after - before) with subject-clustered errors: statsmodels' OLS on a constant, cov_type 'cluster' (CR1,
+    G / (G - 1) with one regressor), t with G - 1 df."""
+    sm = pytest.importorskip("statsmodels.api")
+    from layerprobe.metrics.decisions import clustered_mean_change
+
+    rng = np.random.default_rng(5)
+    clusters = np.repeat(np.arange(12), rng.integers(3, 9, 12))
+    shared = rng.normal(0, 0.5, 12)[clusters]  # each subject's questions move together
+    before = rng.normal(-1, 1, len(clusters))
+    after = before - 0.2 + shared + rng.normal(0, 0.3, len(clusters))
+    change, stderr, lo, hi, p = clustered_mean_change(before, after, clusters)
+    fit = sm.OLS(after - before, np.ones(len(clusters))).fit(cov_type="cluster", cov_kwds={"groups": clusters},
+                                                              use_t=True)
+    assert change == pytest.approx(fit.params[0], abs=1e-12)
+    assert stderr == pytest.approx(fit.bse[0], rel=1e-10)
+    assert (lo, hi) == (pytest.approx(fit.conf_int()[0][0], rel=1e-10), pytest.approx(fit.conf_int()[0][1], rel=1e-10))
+    assert p == pytest.approx(fit.pvalues[0], rel=1e-8) and fit.df_resid_inference == 11

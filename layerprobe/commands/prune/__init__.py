@@ -162,6 +162,10 @@ PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("spearman_delta", D, "Spearman of each cheap signal of the angular run with dP"),
     Key("significant", L, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
         "Holm's correction), costliest first; empty without records", required=False),
+    Key("clustered", D, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
+        "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
+        "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
+        "stderr_ratio_median (clustered over stratified); null otherwise", required=False, optional=True),
     Key("signal_test", D, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
         "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
         "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),

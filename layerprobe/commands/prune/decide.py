@@ -113,7 +113,50 @@ def prune_decisions(table: Any, records: Any, task: str, metric: str, family: st
     fam = family_of(table, metric, family)
     return {"documents": n, "min_documents": MIN_DOCUMENTS, "family": fam,
             "detectable": detectable_changes(table, metric, fam["size"], n) if n else {},
-            "chance_test": chance_tests(records, task, metric)}
+            "chance_test": chance_tests(records, task, metric),
+            "clustered": clustered(table, records, metric) if "/" not in metric else None}
+
+
+def clustered(table: Any, records: Any, metric: str) -> dict | None:
+    """A task of several subtasks (MMLU's subjects): beside the stratified intervals of prune.csv (subjects fixed:
+    the score over these subjects), subject-clustered ones (CR1, t with G - 1 df: questions of a subject, sharing a
+    few-shot prefix, may move together), for the main metric and the gold loglikelihood, with Holm over the same
+    family; None for a task of one subtask or a score that is not a mean."""
+    from layerprobe.evaluation.records import LOGLIK, UNPRUNED, statistic
+    from layerprobe.metrics.decisions import clustered_mean_change
+
+    wide = _wide(records)
+    column, stat = statistic(metric)
+    if wide is None or stat.kind != "mean" or wide.column(column) is None:
+        return None
+    out: dict = {"estimand": "cluster-robust (CR1) by subtask, t with G - 1 df, beside prune.csv's stratified one"}
+    main = table[(table["metric"] == metric)]
+    for label, name in ((metric, column), ("gold loglikelihood", LOGLIK.get(column))):
+        values = wide.column(name) if name else None
+        if values is None or UNPRUNED not in values:
+            continue
+        tasks = values.index.get_level_values("task").to_numpy()
+        if len(np.unique(tasks)) < 2:
+            return None
+        found = {}
+        for removed in main["removed"].astype(str):
+            if removed in values:
+                pair = values[[UNPRUNED, removed]].dropna()
+                found[removed] = clustered_mean_change(pair[UNPRUNED], pair[removed],
+                                                       pair.index.get_level_values("task"))
+        flags = holm([f[4] for f in found.values()])
+        from layerprobe.evaluation.records import Z95
+
+        indexed = main.set_index(main["removed"].astype(str))
+        stratified = (indexed["delta_stderr"] if label == metric else
+                      (indexed["loglik_hi"] - indexed["loglik_lo"]) / (2 * Z95) if "loglik_hi" in indexed else None)
+        ratios = [f[1] / stratified[r] for r, f in found.items()
+                  if stratified is not None and stratified.get(r, 0) and stratified[r] == stratified[r]]
+        out["clusters"] = int(len(np.unique(tasks)))
+        out[label] = {"measurable": [r for r, flag in zip(found, flags) if flag],
+                      "intervals": {r: [f[0], f[2], f[3], f[4]] for r, f in found.items()},
+                      "stderr_ratio_median": float(np.median(ratios)) if ratios else None}
+    return out if len(out) > 1 else None
 
 
 # ---- curves ------------------------------------------------------------------------------------------------------

@@ -128,11 +128,32 @@ def prune_findings(run: Run) -> list[str]:
         out += _point_ranking(main, higher, s, few=True)
     else:
         out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
+    out += _clustered(s, main)
     out += _exploratory(table, s)
     if "layer_type" in main and main["layer_type"].nunique() > 1 and s.get("block", 1) == 1:
         out.append(_by_kind(main, ranked(main, higher), higher))
     out += _correlations(s, len(main), higher)
     return out
+
+
+def _clustered(s: dict, main: Any) -> list[str]:
+    """A task of several subtasks: what subject-clustered intervals say beside the stratified ones."""
+    c = s.get("clustered")
+    if not c or not has_intervals(main):
+        return []
+    stratified = {s["metric"]: int(main["significant"].astype(bool).sum()),
+                  "gold loglikelihood": int(main["loglik_significant"].astype(bool).sum())
+                  if "loglik_significant" in main else None}
+    parts = []
+    for label in (s["metric"], "gold loglikelihood"):
+        if label in c:
+            ratio = c[label].get("stderr_ratio_median")
+            parts.append(f"{label}: {len(c[label]['measurable'])} measurable clustered against {stratified[label]} "
+                         f"stratified" + (f" (clustered stderr a median {ratio:.2f}x the stratified)" if ratio else ""))
+    return [f"The estimand: prune.csv's intervals treat the {c['clusters']} subtasks as fixed strata (the score over "
+            "these subtasks, the default: every subtask is scored, none sampled); clustered by subtask (CR1, t with "
+            f"{c['clusters'] - 1} df, for questions of a subtask that share a few-shot prefix and move together), "
+            f"Holm over the same family: " + "; ".join(parts) + "."]
 
 
 def _exploratory(table: Any, s: dict) -> list[str]:
