@@ -295,3 +295,14 @@ def test_clustered_change_is_statsmodels_cluster_robust_ols_with_g_minus_1_df():
     assert stderr == pytest.approx(fit.bse[0], rel=1e-10)
     assert (lo, hi) == (pytest.approx(fit.conf_int()[0][0], rel=1e-10), pytest.approx(fit.conf_int()[0][1], rel=1e-10))
     assert p == pytest.approx(fit.pvalues[0], rel=1e-8) and fit.df_resid_inference == 11
+
+
+def test_one_probe_sequence_judges_no_k_on_the_bound_and_says_so():
+    """Issue 47, item 5: a curve scored on too few documents has no usable interval; bound judges nothing and the
+    findings say why instead of claiming the worse end of an interval."""
+    base = [1, 1, 0, 1, 0]
+    run = _curve({("", 0): ("", base), ("last", 1): ("7", base)}, 5)
+    assert run.summary["curve"]["last"]["max_k"] == 0 and not run.tables["curve"]["within"].any()
+    text = " ".join(curve_findings(run))
+    assert "Too few documents to test (5, fewer than 10): no k is judged at its bound" in text
+    assert "Best strategy" not in text

@@ -252,8 +252,12 @@ def _candidate(table: Any, found: dict, higher: bool) -> str:
 
 def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bool, keep: float, keep_by: str,
                     scores: Any = None) -> dict:
-    """The summary keys of a curve's decisions (`curve` itself among them)."""
+    """The summary keys of a curve's decisions (`curve` itself among them). Under bound with fewer than
+    MIN_DOCUMENTS documents no k is judged: `table`'s `within` is set False in place (one probe sequence has no
+    interval at all; two have one with 1 degree of freedom)."""
     n = documents(records, metric)
+    if keep_by == "bound" and n < MIN_DOCUMENTS:
+        table["within"] = False
     baseline = float(table["baseline"].iloc[0])
     found = verdicts(table, keep_by, margin_of(metric, higher, baseline, keep), higher, n)
     family = int(table["family"].max()) if "family" in table and len(table) else 0
