@@ -181,9 +181,11 @@ class CurveSettings:
                                            "probe tokens the maps are fitted on.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
-    keep_by: str = setting("point", choices=("point", "bound"), help="--curve: what --keep judges: point (the "
-                           "score itself, the default) or bound (the worse end of the score's paired 95% interval, "
-                           "from the per-document records: a k counts only when even that is within tolerance).")
+    keep_by: str = setting("bound", choices=("point", "bound"), help="--curve: what --keep judges: bound (the "
+                           "default: a non-inferiority test, a k can go only when the worse end of its paired 95% "
+                           "interval, a one-sided 97.5% bound, is within tolerance; needs per-document records: a "
+                           "point without an interval never passes) or point (the score itself: exploratory, no "
+                           "error control).")
 
 
 @dataclass
@@ -213,6 +215,9 @@ class PruneConfig:
     curve: CurveSettings | None = setting(None, help="--curve: removal curves by strategy instead of a "
                                           "one-layer-at-a-time sweep.")
     metric: str | None = setting(None, help="Metric for the summary and plot (default: the task's main one).")
+    family: str = setting("main", numbers=False, choices=("main", "all"), help="The Holm family of the "
+                          "`significant` flags: main (the main metric's variants; per-subtask and other metrics' rows "
+                          "are exploratory: intervals, no flag) or all (every row of prune.csv in one family).")
     shard: str | None = setting(None, help="K/N: only the K-th of N disjoint slices of the variants (SLURM arrays, one "
                                 "process per GPU); join the N run folders with `layerprobe merge`.")
     shared_prefix: bool = setting(True, negative=True, help="Restart each variant from the stored block input "

@@ -4,6 +4,7 @@ independently shortened copies), every score against an independently pruned cop
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -60,7 +61,10 @@ def test_llama_kl_curve_against_hand_selection_and_independent_scores(model_dirs
         # kl is summed from float32 log-softmaxes (float64 would double the logits' memory): ~1e-6 absolute
         assert row.score == pytest.approx(expected, rel=1e-5, abs=2e-6), row
         assert row.fraction == pytest.approx(row.k / 4) and row.baseline == 0
-        assert row.within == (row.score <= -__import__("math").log(0.95))
+        # --keep-by bound (the default): the worse end of the paired interval within kl <= ln(1/0.95); no interval,
+        # or under 10 probe sequences: never
+        enough = json.loads((out / "summary.json").read_text())["documents"] >= 10
+        assert row.within == (enough and row.delta_hi == row.delta_hi and row.baseline + row.delta_hi <= -math.log(0.95))
     summary = json.loads((out / "summary.json").read_text())
     for strategy, verdict in summary["curve"].items():
         ok = curve[(curve.strategy == strategy) & curve.within]

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.errors import NumericsError
+from layerprobe.metrics.decisions import SMALL, newcombe_paired
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
@@ -32,8 +33,9 @@ REPRODUCE_RTOL = 1e-9  # records must give the table's score to this relative pr
 FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_loglik", "gold_loglik_norm",
          "tokens", "total")
 LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
-INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "loglik_delta", "loglik_lo",
-                    "loglik_hi", "loglik_p_value", "loglik_significant")
+INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "family", "loglik_delta",
+                    "loglik_lo", "loglik_hi", "loglik_p_value", "loglik_significant")
+FAMILIES = ("main", "all")  # --family: Holm over the main metric's variants (other rows exploratory), or every row
 FLAGS = ("significant", "loglik_significant")
 
 
@@ -225,6 +227,7 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
                 exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
                 if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
                     found = (dataclasses.replace(found[0], p=exact), candidate)
+                found = (bounded(found[0], metric, *args[2], zero_one=exact is not None), candidate)
                 break
         if found is None:
             out.append(missing[0])
@@ -238,29 +241,60 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
     return out
 
 
-def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dict | None = None) -> Any:
+def bounded(interval: Interval, metric: str, before: np.ndarray, after: np.ndarray, zero_one: bool) -> Interval:
+    """An interval that keeps to the metric's range and never has a zero width: a 0/1 score's change over fewer than
+    SMALL documents, or with no document changed (the paired stderr 0), takes Newcombe's paired score interval; a
+    kl or drift change (the unpruned model scores 0, a pruned one >= 0) is computed on the log scale, so its lower
+    end stays above 0."""
+    from layerprobe.evaluation.metric import METRICS
+
+    if not math.isfinite(interval.lo) and not (zero_one and len(before) > 1):
+        return interval
+    if zero_one and (len(before) < SMALL or interval.stderr == 0):
+        lo, hi = newcombe_paired(before, after)
+        return dataclasses.replace(interval, lo=lo, hi=hi)
+    name = metric.split("/")[0]
+    if name in METRICS and METRICS[name].zero_baseline and interval.delta > 0 and interval.stderr > 0:
+        spread = (interval.hi - interval.delta) / interval.delta  # quantile x stderr, relative to the change
+        return dataclasses.replace(interval, lo=interval.delta * math.exp(-spread),
+                                   hi=interval.delta * math.exp(spread))
+    return interval
+
+
+def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dict | None = None,
+                  main: str | None = None, family: str = "main") -> Any:
     """prune.csv (or scores.csv) with the paired interval columns: per metric, each variant's dP with its standard
-    error, 95% interval and p-value from the records, `significant` after Holm's correction over the variants of
-    that metric, and for accuracies of multiple choice the gold answer's loglikelihood change with its interval.
-    Without records (or where they cannot reproduce a score) the columns are empty."""
+    error, 95% interval and p-value from the records, and for accuracies of multiple choice the gold answer's
+    loglikelihood change with its interval. The family Holm's correction runs over is declared: `main` (the default),
+    the variants of the main metric only (`significant` and `loglik_significant` are its verdicts; every other row is
+    exploratory: intervals, no flag, `family` 0); `all`, every row of the file with an interval in one family.
+    `family` is the number of tests of the row's family. Without records (or where they cannot reproduce a score)
+    the columns are empty. main None: the table's first metric."""
     import pandas as pd
 
+    if family not in FAMILIES:
+        raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
     table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table]).copy()
     for column in INTERVAL_COLUMNS:
-        table[column] = False if column in FLAGS else math.nan
+        table[column] = False if column in FLAGS else 0 if column == "family" else math.nan
     if not records:
         return table
+    main = main if main is not None else (str(table["metric"].iloc[0]) if len(table) else None)
     wide = Wide(frame(records))
+    found: dict = {}
     for metric, rows in table.groupby("metric", sort=False):
-        found = metric_intervals(wide, str(metric), rows, task, groups or {})
-        flags, ll_flags = (corrected([pair[k] for pair in found]) for k in (0, 1))
-        for index, (dp, ll), flag, ll_flag in zip(rows.index, found, flags, ll_flags):
-            table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
-            table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi", "loglik_p_value"]] = [ll.delta, ll.lo, ll.hi,
-                                                                                               ll.p]
-            table.loc[index, ["significant", "loglik_significant"]] = [bool(flag), bool(ll_flag)]
+        found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups or {})))
+    tested = [index for index in found if family == "all" or table.loc[index, "metric"] == main]
+    flags, ll_flags = (dict(zip(tested, corrected([found[index][k] for index in tested]))) for k in (0, 1))
+    size = sum(1 for index in tested if found[index][0].p == found[index][0].p)
+    for index, (dp, ll) in found.items():
+        table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
+        table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi", "loglik_p_value"]] = [ll.delta, ll.lo, ll.hi, ll.p]
+        table.loc[index, ["significant", "loglik_significant"]] = [flags.get(index, False), ll_flags.get(index, False)]
+        table.loc[index, "family"] = size if index in flags and dp.p == dp.p else 0
     for column in FLAGS:
         table[column] = table[column].astype(bool)
+    table["family"] = table["family"].astype(int)
     return pd.DataFrame(table)
 
 
@@ -270,7 +304,7 @@ def corrected(intervals: list[Interval]) -> list[bool]:
     return [bool(flag) and (i.lo > 0 or i.hi < 0) for flag, i in zip(holm([i.p for i in intervals]), intervals)]
 
 
-def _paired(wide: Wide, column: str, stat: Statistic, before: str, after: str) -> Interval:
+def paired_change(wide: Wide, column: str, stat: Statistic, before: str, after: str) -> Interval:
     """The paired interval of score(after) - score(before) over the documents both have records of (missing
     where either has none, or they cover other documents)."""
     values, tokens = wide.column(column), wide.column("tokens")
@@ -293,8 +327,8 @@ def healed_intervals(records: list[dict] | None, metric: str, labels: list[str])
     column, stat = statistic(metric)
     values = wide.column(column)
     reference = healed_label("")
-    return {label: (_paired(wide, column, stat, reference, healed_label(label)),
-                    _paired(wide, column, stat, label, healed_label(label)))
+    return {label: (paired_change(wide, column, stat, reference, healed_label(label)),
+                    paired_change(wide, column, stat, label, healed_label(label)))
             for label in labels if values is not None and healed_label(label) in values}
 
 

@@ -67,6 +67,51 @@ def chance_of(task: str, metric: str) -> float | None:
     return CHANCE.get("mmlu" if str(task).startswith("mmlu") else str(task))
 
 
+def detectable_lines(s: dict) -> list[str]:
+    """The run's first lines: the smallest change it could see, per metric (summary.json detectable)."""
+    from layerprobe.evaluation.metric import METRICS
+
+    out = []
+    for label, d in (s.get("detectable") or {}).items():
+        if d.get("change") is None or d["change"] != d["change"]:
+            continue
+        unit = ("sequences" if str(s.get("metric")) in METRICS else
+                "questions" if s.get("chance_test") or "gold loglikelihood" in s["detectable"] else "documents")
+        what = "a gold-answer loglikelihood change (nats)" if label == "gold loglikelihood" else f"{article_of(label)} {label} change"
+        out.append(f"With {d['documents']:,} {unit}, {what} smaller than {d['change']:.3g} cannot be seen (minimum "
+                   f"detectable effect: {d['power']:.0%} power, two-sided at {d['level']:.2g} = 0.05 / {d['family']}, "
+                   f"Holm's worst step over the family of {d['family']}; median paired stderr {d['stderr']:.3g}): "
+                   "\"not measurable\" below it does not mean equivalent.")
+    return out
+
+
+def article_of(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def chance_lines(s: dict, most: int = 8) -> list[str]:
+    """Multiple choice: which scores an exact binomial test cannot tell from chance (summary.json chance_test)."""
+    test = s.get("chance_test")
+    if not test:
+        return []
+    base, chance, metric = test["baseline"], test["chance"], s.get("metric")
+    score = base["correct"] / base["n"]
+    if base["p"] > 0.05:
+        return [f"The unpruned {metric} {score:.3g} ({base['correct']} of {base['n']}) cannot be told from chance "
+                f"{chance:g} (exact binomial, two-sided p {base['p']:.2g}): removing a layer cannot lower what the "
+                "model does not know, so no removal's ranking on it means anything; use a task the model can do, or "
+                "more documents."]
+    out = [f"The unpruned {metric} {score:.3g} ({base['correct']} of {base['n']}) is above chance {chance:g} "
+           f"(exact binomial, two-sided p {base['p']:.2g}), by {score - chance:+.3g}."]
+    flat = test.get("variants_at_chance") or []
+    if flat:
+        shown = ", ".join(f"{label} (p {test['p'][label]:.2g})" for label in flat[:most])
+        more = f", and {len(flat) - most} more" if len(flat) > most else ""
+        out.append(f"Without {shown}{more}, {metric} cannot be told from chance (exact binomial, each alone at "
+                   f"0.05, {len(flat)} of {test['variants_tested']} variants).")
+    return out
+
+
 def costliest(prune: Run, k: int) -> list[int]:
     """The layers among the k costliest removals of a one-layer sweep that a finding may call costly: with paired
     intervals, only those measurably worse; without, only those whose cost is above 0 and above the cheapest's (a

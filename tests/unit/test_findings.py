@@ -136,7 +136,7 @@ def test_measurably_worse_names_exactly_the_significant_layers_with_their_interv
     assert list(expected["removed"]) == ["0", "3"]  # 4 lost, 2 gained: not measurable
     for row in expected.itertuples():
         assert f"{row.removed} (dP {row.delta:+.3g}, 95% interval {row.delta_lo:+.3g} to {row.delta_hi:+.3g})" in worse
-    assert "5 (" not in worse and "Holm's correction over the 8 removals" in worse
+    assert "5 (" not in worse and "Holm's correction over a family of 8 tests" in worse
     better = sentence(found, "Measurably better without")
     assert "6 (dP +0.15" in better and table.set_index("removed").loc["6", "significant"]
     assert sentence(found, "The other").startswith(f"The other {8 - 3} removals are not measurably different")

@@ -151,7 +151,8 @@ def test_the_unpaired_margin_separates_where_the_paired_interval_does_not():
 
 def test_keep_by_bound_judges_the_worse_end_of_the_interval():
     """--keep 0.9 of an accuracy of 0.6 allows 0.54: a point at 0.56 is within; its interval reaching 0.52 is not,
-    under --keep-by bound; without an interval the point decides."""
+    under --keep-by bound (the default); without an interval a bound is not judged at all (issue 47, item 5): never
+    within, where the point would pass."""
     from layerprobe.commands.prune.curve import curve_table
 
     rows = [{"removed": "3", "metric": "acc", "baseline": 0.6, "pruned": 0.56, "delta": -0.04, "delta_lo": -0.08,
@@ -159,9 +160,9 @@ def test_keep_by_bound_judges_the_worse_end_of_the_interval():
             {"removed": "2-3", "metric": "acc", "baseline": 0.6, "pruned": 0.55, "delta": -0.05,
              "delta_lo": float("nan"), "delta_hi": float("nan")}]
     sets = {"last": {1: [3], 2: [2, 3]}}
-    point = curve_table(sets, rows, "acc", True, 0.9, 4)
-    bound = curve_table(sets, rows, "acc", True, 0.9, 4, keep_by="bound")
-    assert point["within"].tolist() == [True, True] and bound["within"].tolist() == [False, True]
+    point = curve_table(sets, rows, "acc", True, 0.9, 4, keep_by="point")
+    bound = curve_table(sets, rows, "acc", True, 0.9, 4)
+    assert point["within"].tolist() == [True, True] and bound["within"].tolist() == [False, False]
     assert bound["delta_lo"].iloc[0] == -0.08 and not bound["significant"].iloc[0]
 
 

@@ -28,20 +28,27 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("delta_stderr", "paired standard error of dP over the same documents (mean scores: sd of the per-document "
            "differences / sqrt(n), strata-weighted for a group; kl, drift: the ratio's linearized error; ppl: the sd "
            "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records"),
-    Column("delta_lo", "lower end of dP's 95% interval (Student's t with n - 1 degrees of freedom; ppl: normal)"),
+    Column("delta_lo", "lower end of dP's 95% interval (Student's t with n - 1 degrees of freedom; ppl: normal; a "
+           "0/1 score over fewer than 30 documents or with none changed: Newcombe's paired score interval; kl, "
+           "drift: on the log scale, never below 0)"),
     Column("delta_hi", "upper end of dP's 95% interval"),
     Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
            "exact match) over every document alike, else from the interval's statistic"),
-    Column("significant", "dP differs from 0 after Holm's correction over the variants of this metric (family-wise "
-           "error 0.05): the interval excludes 0 and survives the correction", number=False),
+    Column("significant", "dP differs from 0 after Holm's correction over its family (family-wise error 0.05; "
+           "--family main, the default: the variants of the summary's metric, every other row exploratory and "
+           "never flagged; --family all: every row with an interval): the interval excludes 0 and survives the "
+           "correction", number=False),
+    Column("family", "the number of tests in the Holm family of `significant` (0: the row is exploratory, "
+           "outside the family, read its interval only)", optional=True),
     Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
            "per character, as acc_norm normalizes), nats", "nats", optional=True),
     Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
     Column("loglik_hi", "upper end of its paired 95% interval", "nats", optional=True),
     Column("loglik_p_value", "two-sided p-value of loglik_delta = 0 before correction (Student's t over the "
            "per-document differences)", optional=True),
-    Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the variants of this "
-           "metric, as `significant` decides for dP (False without an interval)", number=False, optional=True),
+    Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the same family's "
+           "gold-loglikelihood changes, as `significant` decides for dP (False without an interval)", number=False,
+           optional=True),
 )
 KINDS = (  # prune.csv's last column where the model's blocks differ in kind (layer_types in its config)
     Column("layer_type", "the kind of the removed layer(s) (attention, mamba, sliding_attention, ...; '+' joins "
@@ -90,7 +97,8 @@ CURVE_HEALED = (  # curve.csv with --heal: paired intervals over the probe seque
     Column("heal_change_lo", "lower end of its paired 95% interval", optional=True),
     Column("heal_change_hi", "upper end of its paired 95% interval", optional=True),
 )
-CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant"))
+CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant",
+                                                     "family"))
 
 CORPUS_SOME = tuple(Key(k.name, k.types, f"ppl/kl/drift (dataset: squad too): {k.meaning}", required=False,
                         optional=k.optional) for k in CORPUS)
@@ -125,6 +133,22 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("correction", S, "the multiple-testing correction of `significant` in the CSVs: holm (Holm's step-down over "
         "the variants of each metric, family-wise error 0.05)", required=False),
 )
+DECISIONS = (  # what each run's sentences are tested by (commands/prune/decide.py); absent in runs before them
+    Key("documents", I, "documents (questions, sequences) the unpruned model's records hold for the metric (0: no "
+        "records)", required=False),
+    Key("min_documents", I, "below this many documents the findings rank but do not test ('too few documents to "
+        "test')", required=False),
+    Key("family", D, "the Holm family of the `significant` flags: name (main or all, --family), metric, size (tests "
+        "in it), rule", required=False, optional=True),
+    Key("detectable", D, "per metric (and 'gold loglikelihood'), the minimum detectable effect: the smallest true "
+        "change seen with 80% power at the family's Holm-worst level alpha / size, (z_{1 - level/2} + z_0.8) x the "
+        "median paired stderr over the variants; documents, stderr, family, level, power, change", required=False),
+    Key("chance_test", D, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
+        "binomial test each (chance, baseline: correct, n, p; variants_at_chance: the variants it cannot tell from "
+        "chance; p per variant); null for other tasks", required=False, optional=True),
+    Key("rederived", D, "present when the decisions were recomputed from the records by a later layerprobe "
+        "(commands/prune/rederive.py): version and what was recomputed", required=False, optional=True),
+)
 PRUNE_COMMON = (
     Key("task", S, "--task"),
     Key("part", S, "block, attn or mlp"),
@@ -144,7 +168,14 @@ PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("spearman_delta", D, "Spearman of each cheap signal of the angular run with dP"),
     Key("significant", L, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
         "Holm's correction), costliest first; empty without records", required=False),
-)
+    Key("clustered", D, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
+        "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
+        "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
+        "stderr_ratio_median (clustered over stratified); null otherwise", required=False, optional=True),
+    Key("signal_test", D, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
+        "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
+        "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),
+) + DECISIONS
 CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("chance", F, "the task's chance accuracy, where known", optional=True),
     Key("keep", F, "--keep: the tolerance rule's share"),
@@ -164,8 +195,18 @@ CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("healed_baseline", F, "--heal-steps: the unpruned model healed the same way, on the same text (the "
         "healed curves' fair reference: the healing also adapts a model with every layer to the corpus)",
         required=False, optional=True),
-    Key("curve", D, "per strategy: max_k within tolerance, the layers removed and the score"),
-)
+    Key("curve", D, "per strategy: max_k that can go under --keep-by, the layers removed and the score; bound: "
+        "next_k, the first k that failed, and next_needed, the documents it would need to pass if its change and "
+        "spread held (null: its point is outside the tolerance, no number of documents helps)"),
+    Key("keep_rule", S, "the rule `curve` was decided by, in words (bound: non-inferiority with its level; point: "
+        "exploratory)", required=False),
+    Key("keep_level", F, "--keep-by bound: the one-sided level of the non-inferiority bound (0.975); null for point",
+        required=False, optional=True),
+    Key("strategy_test", D, "which strategy is best: the candidate (most layers that can go) against each other "
+        "strategy, a paired test at each k where their sets differ on the same documents, Holm over the k's "
+        "compared (against: compared, better_at, worse_at, smallest_adjusted_p); best: the candidate when it is "
+        "measurably better than every other, else null; null without records", required=False, optional=True),
+) + DECISIONS
 READ = f"{__name__}.read:"  # read.py: prune runs' findings, per-layer table, overlay and comparer (first use)
 READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, table and comparer
 PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",

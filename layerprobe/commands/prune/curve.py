@@ -18,6 +18,7 @@ from typing import Any
 
 from layerprobe.commands.prune import CURVE_COMMAND
 from layerprobe.commands.probe import Probe
+from layerprobe.commands.prune.decide import curve_decisions, judged
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
@@ -202,15 +203,6 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
     return {s: PICKS[s](choice) for s in strategies}, angular_dir
 
 
-def judged(row: dict, higher: bool, keep_by: str) -> float:
-    """The score --keep judges: the score itself (point), or the worse end of its paired 95% interval (bound; the
-    score itself where the records give no interval)."""
-    worse_end = row.get("delta_lo" if higher else "delta_hi", math.nan)
-    if keep_by != "bound" or worse_end is None or worse_end != worse_end:
-        return row["pruned"]
-    return row["baseline"] + worse_end
-
-
 def _healed_columns(found: tuple | None) -> dict:
     """CURVE_HEALED's values of one point from healed_intervals' (vs the healed reference, vs unhealed) pair."""
     if found is None:
@@ -222,7 +214,7 @@ def _healed_columns(found: tuple | None) -> dict:
 
 
 def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: float, num_layers: int,
-                healed: dict | None = None, keep_by: str = "point", healed_found: dict | None = None) -> Any:
+                healed: dict | None = None, keep_by: str = "bound", healed_found: dict | None = None) -> Any:
     """curve.csv: per strategy and k, the set removed and its score (and, with --heal, its healed score and the
     healed point's paired intervals, `healed_found`: evaluation.records.healed_intervals)."""
     import pandas as pd
@@ -237,21 +229,10 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
                           "delta": row["delta"],
                           "within": within(metric, higher, row["baseline"], judged(row, higher, keep_by), keep),
                           "healed_score": (healed or {}).get(label, math.nan),
-                          **{c: row.get(c, False if c == "significant" else math.nan) for c in CURVE_PAIRED},
+                          **{c: row.get(c, False if c == "significant" else 0 if c == "family" else math.nan)
+                             for c in CURVE_PAIRED},
                           **_healed_columns((healed_found or {}).get(label))})
     return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED + CURVE_HEALED)
-
-
-def verdicts(table: Any) -> dict:
-    """Per strategy, the largest k whose score is within the tolerance (0: none), and what it removes."""
-    found = {}
-    for strategy, rows in table.groupby("strategy", sort=False):
-        ok = rows[rows["within"]]
-        best = ok.loc[ok["k"].idxmax()] if len(ok) else None
-        found[strategy] = {"max_k": int(best["k"]) if best is not None else 0,
-                           "removed": str(best["removed"]) if best is not None else "",
-                           "score": float(best["score"]) if best is not None else None}
-    return found
 
 
 @takes(PruneConfig, "layerprobe.curve")  # the CLI's checks, from the same declarations, before anything loads
@@ -298,7 +279,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     warnings += refusals(ledger)
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
-                          task.facts(job).get("groups"))
+                          task.facts(job).get("groups"), metric, config.family)
     healed_found = healed_intervals(ledger.records, metric, [v.label for v in job.variants]) if healed else None
     table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed,
                         settings.keep_by, healed_found)
@@ -317,7 +298,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "heal_steps": settings.heal_steps, "heal": heal_method(config), "healed_baseline": healed.get(UNPRUNED),
                "heal_seconds": round(heal_seconds, 3) if healed else None,
                "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
-               "curve": verdicts(table), "seconds": round(seconds, 3), "warnings": warnings}
+               **curve_decisions(table, ledger.records, config.task, metric, higher, settings.keep, settings.keep_by,
+                                 scores),
+               "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))

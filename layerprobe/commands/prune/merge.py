@@ -17,7 +17,8 @@ from layerprobe.settings import identity
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
 COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
             "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard", "records",
-            "correction", "significant"}
+            "correction", "significant", "documents", "min_documents", "family", "detectable", "chance_test",
+            "signal_test", "rederived", "clustered"}
 BASELINE_RTOL = 1e-9
 SUMMED = ("block_tokens", "naive_block_tokens", "over_memory")  # prefix_cache's counts of what a process computed
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from layerprobe.commands.prune.decide import prune_decisions, signal_test
 from layerprobe.errors import ConfigError, RunError, article
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import CORRECTION
@@ -95,13 +96,15 @@ def significant_labels(main: Any, higher: bool) -> list[str]:
     return [str(x) for x in chosen.sort_values("delta", ascending=higher)["removed"]]
 
 
-def with_records(folder: Path, table: Any, records: list[dict] | None, task: str, groups: dict | None) -> Any:
-    """The table with its paired intervals (evaluation/records.py), and the records written beside it."""
+def with_records(folder: Path, table: Any, records: list[dict] | None, task: str, groups: dict | None,
+                 main: str | None = None, family: str = "main") -> Any:
+    """The table with its paired intervals (evaluation/records.py; Holm over `family`, of the `main` metric), and the
+    records written beside it."""
     from layerprobe.evaluation import records as records_file
 
     if records:
         records_file.write(folder, records)
-    return records_file.add_intervals(table, records, task, groups)
+    return records_file.add_intervals(table, records, task, groups, main, family)
 
 
 def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
@@ -110,17 +113,19 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
     import pandas as pd
 
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "metric"]).reset_index(drop=True)
-    table = with_records(folder, table, records, config.task, facts.get("groups"))
+    metric = check_metric(config.metric, list(dict.fromkeys(table["metric"])))
+    table = with_records(folder, table, records, config.task, facts.get("groups"), metric,
+                         getattr(config, "family", "main"))
     kinds = facts.get("layer_types") or []
     if len(kinds) == facts.get("num_layers"):  # the kind of the removed layer(s): attention, mamba, ...
         table["layer_type"] = ["+".join(dict.fromkeys(kinds[int(r.layer): int(r.layer) + int(r.block)]))
                                for r in table.itertuples()]
-    metric = check_metric(config.metric, list(dict.fromkeys(table["metric"])))
     main = table[table["metric"] == metric].sort_values("layer")
     harm = -main["delta"] if higher else main["delta"]  # how much worse the model gets without the layer(s)
     order = main.assign(harm=harm.to_numpy()).sort_values("harm")
     correlation = distance = None
     correlations: dict[str, float] = {}
+    values: dict[str, np.ndarray] = {}  # each cheap signal at the removed layers, for the test of which to trust
     angular_dir = find_angular(folder, config.angular, facts.get("model"), facts.get("weights"),
                                config.allow_other_weights)
     if angular_dir is not None:
@@ -128,12 +133,12 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         if np.isfinite(distance).all():
             correlation = spearman(distance, main["delta"].to_numpy())
             if correlation is not None:  # None: undefined (a constant column), never printed as a number
-                correlations["angular"] = correlation
+                correlations["angular"], values["angular"] = correlation, distance
             if config.block == 1 and getattr(config, "part", "block") == "block":
-                for name, values in cheap_signals(angular_dir, main["layer"], facts["num_layers"]).items():
-                    rho = spearman(values, main["delta"].to_numpy())
+                for name, signal in cheap_signals(angular_dir, main["layer"], facts["num_layers"]).items():
+                    rho = spearman(signal, main["delta"].to_numpy())
                     if rho is not None:
-                        correlations[name] = rho
+                        correlations[name], values[name] = rho, signal
         else:
             warnings.append(f"The angular run {angular_dir} does not match this model's layers: no correlation.")
             distance = None
@@ -155,6 +160,8 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "records": "samples.csv.gz" if records else None,
         "correction": CORRECTION,
         "significant": significant_labels(main, higher),
+        **prune_decisions(table, records, config.task, metric, getattr(config, "family", "main")),
+        "signal_test": signal_test(values, harm.to_numpy()) if config.block == 1 else None,
         "seconds": round(seconds, 3),
         "warnings": warnings,
     }

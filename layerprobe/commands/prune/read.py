@@ -11,7 +11,8 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
-from layerprobe.report.findings import chance_of, has_intervals, ranked, signed, where_in_depth
+from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, ranked, signed,
+                                       where_in_depth)
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -33,8 +34,9 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     worse = order[significant & (order["cost"] > 0)][::-1]  # costliest first
     better = order[significant & (order["cost"] < 0)]
     n = len(order)
-    rule = (f"the paired 95% interval excludes 0 and the change survives Holm's correction over the {n} "
-            f"removals")
+    size = int(order["family"].max()) if "family" in order and order["family"].notna().any() else n
+    rule = (f"the paired 95% interval excludes 0 and the change survives Holm's correction over a family of "
+            f"{size} tests")
     out = []
     if worse.empty and better.empty:
         known = int(order["delta_lo"].notna().sum())
@@ -79,11 +81,12 @@ def _loglik_measured(order: Any) -> list[str]:
     return [text + "."]
 
 
-def _point_ranking(main: Any, higher: bool, s: dict) -> list[str]:
-    """A run without intervals: the ranking by point estimate, said to be one, or nothing where it is noise."""
+def _point_ranking(main: Any, higher: bool, s: dict, few: bool = False) -> list[str]:
+    """A run without intervals (or with too few documents to test): the ranking by point estimate, said to be one,
+    or nothing where it is noise."""
     order = ranked(main, higher)
-    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main else []
-    if s.get("records") and not has_intervals(main):
+    stderr = main["baseline_stderr"].dropna() if "baseline_stderr" in main and not few else []
+    if s.get("records") and not has_intervals(main) and not few:
         return [f"Too few documents for an interval of any dP ({s['metric']}): no removal can be told from noise, "
                 "so none is ranked; score more documents."]
     if len(stderr) and float(order["cost"].abs().max()) <= 2 * float(stderr.iloc[0]):
@@ -94,7 +97,8 @@ def _point_ranking(main: Any, higher: bool, s: dict) -> list[str]:
     k = min(3, len(order) // 2)  # never the same layer in both lists, nor a tie with the other end in either
     cheap = order.head(k)[order.head(k)["cost"] < order["cost"].iloc[-1]]
     costly = order.tail(k)[order.tail(k)["cost"] > order["cost"].iloc[0]][::-1]
-    out = ["Cheapest to remove, by point estimate (this run has no per-document records, so no interval): "
+    why = "too few documents to test" if few else "this run has no per-document records, so no interval"
+    out = [f"Cheapest to remove, by point estimate ({why}): "
            + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in cheap.itertuples())
            + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in costly.itertuples())
            + "."]
@@ -110,16 +114,62 @@ def prune_findings(run: Run) -> list[str]:
     main = table[table["metric"] == s["metric"]]
     higher = s.get("higher_is_better", True)
     out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
-    chance = at_chance(s, main)
+    out += detectable_lines(s)
+    chance = at_chance(s, main) if not s.get("chance_test") else None
     if chance is not None:
         out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "
                    "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
                    "the model can do, or more documents.")
-    out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
+    out += chance_lines(s)
+    few = bool(s.get("records")) and s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
+    if few:
+        out.append(f"Too few documents to test ({s['documents']}, fewer than {s['min_documents']}): no removal is "
+                   "tested; the ranking below is by point estimate only.")
+        out += _point_ranking(main, higher, s, few=True)
+    else:
+        out += _measured(main, higher, s) if has_intervals(main) else _point_ranking(main, higher, s)
+    out += _clustered(s, main)
+    out += _exploratory(table, s)
     if "layer_type" in main and main["layer_type"].nunique() > 1 and s.get("block", 1) == 1:
         out.append(_by_kind(main, ranked(main, higher), higher))
     out += _correlations(s, len(main), higher)
     return out
+
+
+def _clustered(s: dict, main: Any) -> list[str]:
+    """A task of several subtasks: what subject-clustered intervals say beside the stratified ones."""
+    c = s.get("clustered")
+    if not c or not has_intervals(main):
+        return []
+    stratified = {s["metric"]: int(main["significant"].astype(bool).sum()),
+                  "gold loglikelihood": int(main["loglik_significant"].astype(bool).sum())
+                  if "loglik_significant" in main else None}
+    parts = []
+    for label in (s["metric"], "gold loglikelihood"):
+        if label in c:
+            ratio = c[label].get("stderr_ratio_median")
+            parts.append(f"{label}: {len(c[label]['measurable'])} measurable clustered against {stratified[label]} "
+                         f"stratified" + (f" (clustered stderr a median {ratio:.2f}x the stratified)" if ratio else ""))
+    return [f"The estimand: prune.csv's intervals treat the {c['clusters']} subtasks as fixed strata (the score over "
+            "these subtasks, the default: every subtask is scored, none sampled); clustered by subtask (CR1, t with "
+            f"{c['clusters'] - 1} df, for questions of a subtask that share a few-shot prefix and move together), "
+            f"Holm over the same family: " + "; ".join(parts) + "."]
+
+
+def _exploratory(table: Any, s: dict) -> list[str]:
+    """The rows outside the Holm family (--family main: other metrics, per-subtask rows): how many intervals
+    exclude 0, said to be exploratory."""
+    if "family" not in table or table["delta_lo"].isna().all() or s.get("family", {}).get("name") == "all":
+        return []
+    outside = table[(table["family"] == 0) & table["delta_lo"].notna()]
+    if outside.empty:
+        return []
+    apart = outside[(outside["delta_lo"] > 0) | (outside["delta_hi"] < 0)]
+    named = ", ".join(f"{r.metric} without {r.removed}" for r in apart.head(6).itertuples())
+    more = f", and {len(apart) - 6} more" if len(apart) > 6 else ""
+    text = (f"Exploratory (outside the Holm family, no error control; --family all tests them): {len(outside)} rows "
+            f"of other metrics or subtasks; {len(apart)} of their uncorrected 95% intervals exclude 0")
+    return [text + (f": {named}{more}." if len(apart) else ".")]
 
 
 def _correlations(s: dict, n: int, higher: bool) -> list[str]:
@@ -152,12 +202,27 @@ def _correlations(s: dict, n: int, higher: bool) -> list[str]:
         if interval is None:
             out.append(head + f"too few layers ({n}) to tell which to trust.")
         elif sign * best_rho >= 0.4 and interval[0] > 0:
-            out.append(head + f"the one to trust for this model is {names.get(best, best)} (95% interval "
-                       f"{interval[0]:+.2f} to {interval[1]:+.2f}).")
+            out.append(head + _trust(s.get("signal_test"), names, best, interval))
         else:
             out.append(head + "none predicts it well here (below 0.4, or an interval that includes 0): measure "
                        "with prune.")
     return out
+
+
+def _trust(test: dict | None, names: dict, best: str, interval: tuple) -> str:
+    """'The one to trust' only where the bootstrap over layers separates the best signal from the runner-up."""
+    alone = f"{names.get(best, best)} predicts it (95% interval {interval[0]:+.2f} to {interval[1]:+.2f})"
+    if not test or test.get("best") != best:
+        return alone + "; whether it predicts better than the others is untested here."
+    how = (f"percentile bootstrap over the {test['layers']} layers, {test['resamples']:,} resamples, seed "
+           f"{test['seed']}")
+    other = names.get(test["other"], test["other"])
+    gap = f"{test['difference']:+.3f}, 95% interval {test['lo']:+.3f} to {test['hi']:+.3f}"
+    if test.get("separates"):
+        return (f"the one to trust for this model is {names.get(best, best)}: its rho exceeds {other}'s by {gap} "
+                f"({how}).")
+    return (f"{alone}, but the signals agree: its rho minus {other}'s is {gap} ({how}), so no signal is to be "
+            "preferred over the others.")
 
 
 def at_chance(summary: dict, main: Any) -> float | None:
@@ -219,6 +284,21 @@ class Noise:
         frames = [records.read_frame(run.folder) if run.folder is not None else None for run in (old, new)]
         self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
         self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
+        self.stderrs: dict[str, list[float]] = {}  # per metric, the paired stderr of every compared change
+
+    def detectable(self, name: str) -> list[str]:
+        """compare's notes: per metric, the smallest change its paired intervals could see (80% power, each check
+        alone at 0.05, as compare decides them), from the median stderr of the compared changes."""
+        from layerprobe.metrics.decisions import detectable
+
+        out = []
+        for metric, found in self.stderrs.items():
+            smallest = detectable(sorted(found)[len(found) // 2], 1) if found else 0.0
+            if smallest > 1e-12:  # identical records: every change is exactly 0, nothing to state
+                out.append(f"{repr(name) + ': ' if name else ''}a change in {metric} smaller than {smallest:.3g} cannot be seen by these "
+                           f"records' paired intervals (minimum detectable effect: 80% power, two-sided 0.05 per "
+                           f"check, median stderr over {len(found)} checks); a pass below it is not equivalence")
+        return out
 
     def check(self, check: Check, metric: str, label: str | None, worse: float | None = None,
               score_only: bool = False) -> Check:
@@ -229,6 +309,8 @@ class Noise:
         found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
         if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
             return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
+        if found.stderr == found.stderr:
+            self.stderrs.setdefault(metric, []).append(found.stderr)
         beyond = found.lo > 0 or found.hi < 0
         if worse is not None:  # only the bad direction fails a baseline
             beyond = beyond and worse > 0
@@ -263,3 +345,4 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
             into.checks.append(noise.check(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other,
                                                  delta, limit, outside(float(row["delta"]), other, delta, limit)),
                                            metric, str(removed)))
+    into.notes += noise.detectable(name)

@@ -7,7 +7,8 @@ from typing import Any
 
 from layerprobe.commands.prune.read import Noise
 from layerprobe.errors import RunError
-from layerprobe.report.findings import signed
+from layerprobe.metrics.decisions import ONE_SIDED
+from layerprobe.report.findings import chance_lines, detectable_lines, signed
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -17,23 +18,85 @@ def curve_findings(run: Run) -> list[str]:
     layers = s.get("num_layers")
     tolerance = (f"{s['metric']} at least {s['keep']:g} of the unpruned {s['baseline']:.4g}" if s.get("higher_is_better")
                  else f"{s['metric']} within the tolerance of keep = {s['keep']:g}")
-    if s.get("keep_by") == "bound":
-        tolerance += " (even at the worse end of its paired 95% interval)"
-    out = []
+    bound = s.get("keep_by") == "bound"
+    if bound:
+        level = s.get("keep_level") or ONE_SIDED
+        tolerance += f" even at the worse end of its paired 95% interval (non-inferiority, one-sided {level:.1%})"
     table = run.tables.get("curve")
+    out = detectable_lines(s) + chance_lines(s)
+    few = _too_few(s, bound)
+    if few:
+        out.append(few)
     for strategy, verdict in s.get("curve", {}).items():
         k = verdict["max_k"]
+        label = "" if bound else "exploratory, by point estimate: "
         if k:
-            out.append(f"{strategy}: {k} of {layers} layers ({k / layers:.0%}) can go with {tolerance} "
-                       f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}{_point(table, strategy, k)}).")
+            out.append(f"{strategy}: {label}{k} of {layers} layers ({k / layers:.0%}) can go with {tolerance} "
+                       f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}{_point(table, strategy, k)})"
+                       f"{_needed(verdict, s)}.")
         else:
-            out.append(f"{strategy}: no layer can go with {tolerance}.")
+            out.append(f"{strategy}: {label}no layer can go with {tolerance}{_needed(verdict, s)}.")
     out += _healed(run)
-    best = max(s.get("curve", {}).items(), key=lambda item: item[1]["max_k"], default=None)
-    if best and best[1]["max_k"]:
-        out.append(f"Best strategy here: {best[0]}; export it with `layerprobe export {run.model} --from-curve "
-                   f"{run.folder} --strategy {best[0]} --k {best[1]['max_k']}`.")
+    out += _best(run)
     return out
+
+
+def _too_few(s: dict, bound: bool) -> str | None:
+    n, least = s.get("documents"), s.get("min_documents") or 0
+    if n is None or not s.get("records") or n >= least:
+        return None
+    return (f"Too few documents to test ({n}, fewer than {least}): no k is judged at its bound and no strategy "
+            "is compared; the points are a ranking only." if bound else
+            f"Too few documents to test ({n}, fewer than {least}): the points are a ranking only.")
+
+
+def _needed(verdict: dict, s: dict) -> str:
+    """Where the bound stopped short of a point that passes: what that k would need."""
+    if "next_k" not in verdict:
+        return ""
+    k, needed = verdict["next_k"], verdict.get("next_needed")
+    if needed is None:
+        return f"; k = {k} is within by its point, with no spread to say what its bound would need"
+    return (f"; k = {k} is within by its point, and its bound would need about {needed:,} documents (against "
+            f"{s.get('documents'):,} scored) if its change and spread held")
+
+
+def _best(run: Run) -> list[str]:
+    """'Best strategy' only where a paired test says so."""
+    s = run.summary
+    found = s.get("curve", {})
+    test = s.get("strategy_test")
+    if len(found) < 2:
+        return []
+    if test is None or s.get("documents", 0) < (s.get("min_documents") or 0):
+        if "strategy_test" in s or not found:
+            return ["No strategy is tested against another (no per-document records, or too few documents): "
+                    "which is best is not known."]
+        best = max(found.items(), key=lambda item: item[1]["max_k"])  # a run from before the tests: say what it is
+        return [f"Most layers within the tolerance (untested, by point estimate): {best[0]}."] if best[1]["max_k"] else []
+    candidate = test["candidate"]
+    pairs = "; ".join(_pair(candidate, other, t) for other, t in test["against"].items())
+    how = f"({test['test']})"
+    if test.get("best"):
+        k = found[candidate]["max_k"]
+        export = (f"; export it with `layerprobe export {run.model} --from-curve {run.folder} --strategy {candidate} "
+                  f"--k {k}`" if k else "")
+        return [f"Best strategy here: {candidate}, measurably better than every other at some k and worse at none "
+                f"{how}: {pairs}{export}."]
+    return [f"No strategy is measurably better than all the others {how}: {pairs}."]
+
+
+def _pair(candidate: str, other: str, t: dict) -> str:
+    ks = lambda found: ", ".join(str(k) for k in found)
+    if not t["compared"]:
+        return f"{candidate} and {other} pick the same layers at every k"
+    text = f"{candidate} vs {other} over {t['compared']} k's: "
+    if t["better_at"] or t["worse_at"]:
+        parts = [f"better at k = {ks(t['better_at'])}"] if t["better_at"] else []
+        parts += [f"worse at k = {ks(t['worse_at'])}"] if t["worse_at"] else []
+        return text + ", ".join(parts)
+    p = t.get("smallest_adjusted_p")
+    return text + "inside each other's noise" + (f" (smallest Holm-adjusted p {p:.2g})" if p is not None else "")
 
 
 def _point(table: Any, strategy: str, k: int) -> str:
@@ -106,3 +169,4 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
+    into.notes += noise.detectable(name)

@@ -1,0 +1,109 @@
+"""rederive(folder): a finished prune or curve run's intervals, Holm flags and decisions recomputed from its own
+per-document records (samples.csv.gz) by this layerprobe, without loading the model: prune.csv / scores.csv's
+paired columns, curve.csv's `within`, and summary.json's decision keys (commands/prune/decide.py). Scores, layer
+sets, figures and manifest.json stay as the run wrote them; summary.json's `rederived` says what changed and by
+which version. For committed example runs scored before the decisions existed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from layerprobe.errors import RunError
+
+
+def _intervals(run: Any, name: str, records: list[dict], family: str) -> Any:
+    from layerprobe.evaluation.records import add_intervals
+
+    s = run.summary
+    return add_intervals(run.tables[name], records, s.get("task", ""), s.get("groups"), s["metric"], family)
+
+
+def _signals(run: Any, main: Any, higher: bool) -> dict | None:
+    """The prune run's signal_test, from the angular run it was correlated with (None where it is gone)."""
+    import numpy as np
+
+    from layerprobe.commands.prune.decide import signal_test
+    from layerprobe.commands.prune.outputs import _angular_distance, cheap_signals
+
+    s = run.summary
+    angular = Path(s["angular_run"]) if s.get("angular_run") else None
+    if angular is None or not (angular / "angular.csv").is_file() or s.get("block", 1) != 1:
+        return s.get("signal_test")
+    values = {"angular": _angular_distance(angular, main["layer"], 1),
+              **cheap_signals(angular, main["layer"], s["num_layers"])}
+    values = {k: v for k, v in values.items() if np.isfinite(v).all()}
+    cost = (-main["delta"] if higher else main["delta"]).to_numpy()
+    return signal_test(values, cost)
+
+
+def _prune(run: Any, records: list[dict], family: str) -> tuple[dict, dict]:
+    from layerprobe.commands.prune.decide import prune_decisions
+    from layerprobe.commands.prune.outputs import significant_labels
+
+    s, higher = run.summary, bool(run.summary.get("higher_is_better", True))
+    table = _intervals(run, "prune", records, family)
+    main = table[table["metric"] == s["metric"]].sort_values("layer")
+    found = {"significant": significant_labels(main, higher),
+             **prune_decisions(table, records, s.get("task", ""), s["metric"], family),
+             "signal_test": _signals(run, main, higher)}
+    return found, {"prune": table}
+
+
+def _sets(curve: Any, num_layers: int) -> dict:
+    from layerprobe.removal import parse_remove
+
+    sets: dict = {}
+    for row in curve.itertuples():
+        sets.setdefault(row.strategy, {})[int(row.k)] = parse_remove(str(row.removed), num_layers)
+    return sets
+
+
+def _curve(run: Any, records: list[dict], family: str, keep_by: str) -> tuple[dict, dict]:
+    import math
+
+    from layerprobe.commands.prune.curve import curve_table
+    from layerprobe.commands.prune.decide import curve_decisions
+    from layerprobe.evaluation.records import healed_intervals
+
+    s, higher, metric = run.summary, bool(run.summary.get("higher_is_better", True)), run.summary["metric"]
+    scores = _intervals(run, "scores", records, family)
+    old = run.tables["curve"]
+    healed = {str(r.removed): float(r.healed_score) for r in old.itertuples()
+              if "healed_score" in old and r.healed_score == r.healed_score}
+    if healed and s.get("healed_baseline") is not None:
+        healed["unpruned"] = s["healed_baseline"]
+    found = healed_intervals(records, metric, list(healed)) if healed else None
+    table = curve_table(_sets(old, s["num_layers"]), scores.to_dict("records"), metric, higher, s["keep"],
+                        s["num_layers"], healed or None, keep_by, found)
+    if not healed:
+        table["healed_score"] = math.nan
+    decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores)
+    return {"keep_by": keep_by, **decided}, {"curve": table, "scores": scores}
+
+
+def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main") -> dict:
+    """Recompute a finished prune or curve run's intervals and decisions from its records; returns the new
+    summary. Refuses a run without records (nothing to recompute from)."""
+    from layerprobe import __version__
+    from layerprobe.evaluation import records as records_file
+    from layerprobe.runs.folder import write_csv, write_json
+    from layerprobe.runs.read import load_run
+    from layerprobe.runs.schema import check_summary
+
+    run = load_run(Path(folder))
+    if run.command not in ("prune", "curve"):
+        raise RunError(f"{folder} holds a {run.command} run: rederive reads prune and curve runs.")
+    records = records_file.read(run.folder)
+    if not records:
+        raise RunError(f"{folder} has no {records_file.FILE}: its decisions cannot be recomputed; score it again.")
+    found, tables = (_prune(run, records, family) if run.command == "prune"
+                     else _curve(run, records, family, keep_by))
+    summary = check_summary(run.command, {**run.summary, **found, "rederived": {
+        "layerprobe": __version__, "from": records_file.FILE, "family": family,
+        "keep_by": keep_by if run.command == "curve" else None,
+        "recomputed": sorted(tables) + ["summary.json decisions"]}})
+    for stem, table in tables.items():
+        write_csv(run.folder / f"{stem}.csv", table)
+    write_json(run.folder / "summary.json", summary)
+    return summary
