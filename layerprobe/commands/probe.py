@@ -113,6 +113,34 @@ def _default_stack(model: Any, head: str) -> str | None:
     return None
 
 
+def declared_layers(model: ModelOptions) -> int | None:
+    """The block count the checkpoint's config declares, read in a moment without its weights, so a layer range is
+    refused before the load; None where the blocks measured may be another stack (--layers-path, --stack) or the
+    config does not say."""
+    from layerprobe.models.load import peek_num_layers
+
+    if model.layers_path or model.stack or not model.model:
+        return None
+    return peek_num_layers(model.model, model.revision, model.gguf_file)
+
+
+def refuse_ranges_early(model: ModelOptions, remove: str | None = None, layers: str | None = None,
+                        block: int = 1) -> None:
+    """--remove, --layers and --block against the block count the config declares: a range outside the model is
+    refused in a moment, before torch is imported or the weights load (the CLI calls this first; the commands again,
+    for library calls)."""
+    from layerprobe.evaluation.variants import parse_layers, sweep
+    from layerprobe.removal import parse_remove
+
+    declared = declared_layers(model)
+    if declared is None:
+        return
+    if remove is not None:
+        parse_remove(remove, declared)
+    if layers is not None or block != 1:
+        sweep(declared, block, parse_layers(layers, declared))
+
+
 def preflight(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,
               more: tuple = ()) -> list:
     """Every check that needs no model (sizes, the model's source and head, the corpus, and `more` of the caller),
