@@ -82,9 +82,19 @@ QUOTES = [
           + [f"{cheapest(run, 0)['pruned']:.2f}", f"{cheapest(run, 2)['pruned']:.2f}"]),
     Quote("README.md", "the deep third costs more to remove than SmolLM2's (median kl {} against {})", GEMMA_KL,
           lambda run: [f"{deep_third_median(run):.2f}", f"{deep_third_median('reports/demo/smollm2-prune-kl'):.2f}"]),
+    Quote("docs/heal.md", "| {} | {} | fit {} s | {} (load ~10) |", REPAIR,
+          lambda run: [f"{summary(run)['heldout_after']['ppl']:.2f}", f"{summary(run)['heldout_after']['kl']:.3f}",
+                       f"{summary(run)['repair_seconds']:.0f}", minutes(summary(run)["seconds"])]),
+    Quote("docs/heal.md", "| {} | {} | not recorded apart | {} (load 1) |", "reports/examples/smollm2-heal-12-18",
+          lambda run: [f"{summary(run)['heldout_after']['ppl']:.2f}", f"{summary(run)['heldout_after']['kl']:.3f}",
+                       minutes(summary(run)["seconds"])]),
     Quote("docs/heal.md", "SmolLM2 without 12-18 at heal's defaults but --tokens 8192, the kl after lstsq is {}", REPAIR,
           lambda run: [f"{summary(run)['heldout_after']['kl']:.3f}"]),
 ]
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {round(seconds % 60)} s"
 
 
 def collapsed(text: str) -> str:
