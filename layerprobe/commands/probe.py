@@ -12,6 +12,7 @@ from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, layer
 from layerprobe.errors import ArchitectureError, ModelLoadError, TaskError, all_checks
 from layerprobe.hub import hub_problem
 from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
+from layerprobe.runs.paths import portable_path
 
 
 @dataclass
@@ -72,10 +73,10 @@ class Probe:
         return {
             "model": loaded.spec,
             "model_source": loaded.source,
-            "model_path": str(loaded.path) if loaded.path else None,
+            "model_path": portable_path(loaded.path),
             "revision": loaded.revision,
             "weights": loaded.fingerprint(),
-            "gguf": loaded.gguf,
+            "gguf": {**loaded.gguf, "file": portable_path(loaded.gguf.get("file"))} if loaded.gguf else loaded.gguf,
             "quantization": loaded.quantization,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,

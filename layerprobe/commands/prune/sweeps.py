@@ -19,6 +19,7 @@ from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
 from layerprobe.models.surgery import removed
 from layerprobe.progress import Progress
+from layerprobe.runs.paths import portable_path
 from layerprobe.runs.resume import Ledger
 
 
@@ -291,7 +292,7 @@ class HarnessSweep:
         return {"num_fewshot": self.config.num_fewshot, "limit": self.config.limit, "seed": 1234,
                 "fewshot_seed": 1234, "shared_prefix": job.ledger.state.get("shared_prefix"),
                 "prefix_cache": job.ledger.state.get("prefix_cache"),
-                "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
+                "mmlu_data": self.config.mmlu_data, "task_data": portable_path(self.task_data) if self.task_data else None,
                 "splits": self.harness.splits, "groups": self.harness.groups or None}
 
 
