@@ -161,7 +161,7 @@ def test_ctrl_c_in_a_command_without_resume_says_so(tmp_path, monkeypatch):
     """toy measures first and claims its folder at the end: Ctrl-C leaves nothing and says so. A command line
     without --resume that left a claimed folder (merge, toy at its end) is told to run again or replace it."""
     from layerprobe.cli import common
-    from layerprobe.cli.options import COMMAND_LINE
+    from layerprobe.cli.argv import COMMAND_LINE
     from layerprobe.runs.folder import prepare_run_dir
 
     def ctrl_c(self, stage, done, total):

@@ -64,7 +64,7 @@ def resume_line(folder: Any) -> str | None:
     no --resume."""
     import shlex
 
-    from layerprobe.cli.options import COMMAND_LINE
+    from layerprobe.cli.argv import COMMAND_LINE
 
     words = COMMAND_LINE.get("words")
     if words is None or not COMMAND_LINE.get("resumes"):
@@ -114,7 +114,7 @@ def interrupted_text() -> str:
 
 
 def _has_cli() -> bool:
-    from layerprobe.cli.options import COMMAND_LINE
+    from layerprobe.cli.argv import COMMAND_LINE
 
     return "words" in COMMAND_LINE
 

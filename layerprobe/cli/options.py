@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import typer
 import typer.core
 
+from layerprobe.cli.argv import COMMAND_LINE
 from layerprobe.errors import LayerprobeError
 from layerprobe.settings import _base_type, flag_of, mark_of, parse_text, walk
 
@@ -178,9 +179,6 @@ class SectionedCommand(typer.core.TyperCommand):
         for name in sorted(sections, key=lambda n: rank.get(n, len(rank))):
             with formatter.section(name):
                 formatter.write_dl(sections[name])
-
-
-COMMAND_LINE: dict = {}  # this process's command line after the program name ("words"), and whether it has --resume
 
 
 class SentenceGroup(typer.core.TyperGroup):
