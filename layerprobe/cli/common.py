@@ -58,22 +58,65 @@ def offline_command(exc: Exception) -> str:
     return f" Offline: {shlex.join(['layerprobe', *kept, '--dataset', 'builtin'])}"
 
 
+def resume_line(folder: Any) -> str | None:
+    """The command line that continues the run in `folder`: the user's own words, --overwrite, --resume and --out
+    dropped, then `--resume --out FOLDER`. None where there is no command line (a library call) or the command has
+    no --resume."""
+    import shlex
+
+    from layerprobe.cli.argv import COMMAND_LINE
+
+    words = COMMAND_LINE.get("words")
+    if words is None or not COMMAND_LINE.get("resumes"):
+        return None
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+        elif word == "--out":
+            skip = True
+        elif word not in ("--overwrite", "--resume") and not word.startswith("--out="):
+            kept.append(word)
+    return shlex.join(["layerprobe", *kept, "--resume", "--out", str(folder)])
+
+
+def _outermost(folders: list) -> list:
+    """The folders not inside another of them: a demo's sub-run continues with the demo."""
+    from pathlib import Path
+
+    resolved = [Path(f).resolve() for f in folders]
+    return [f for f, r in zip(folders, resolved) if not any(o != r and o in r.parents for o in resolved)]
+
+
 def interrupted_text() -> str:
-    """What Ctrl-C left: the folders with saved work, those with none yet, and what --resume does with each."""
+    """What Ctrl-C left: each unfinished run folder (the outermost: a demo, not its sub-run), whether work was saved
+    there, and the exact command that continues it in that folder (after a redirect to a timestamped sibling, the
+    sibling)."""
     from layerprobe.runs.folder import abandon_run_dirs, unstarted_run_dirs
 
-    kept = abandon_run_dirs(interrupted=True)
+    kept = _outermost(abandon_run_dirs(interrupted=True))
     empty = set(unstarted_run_dirs())
-    saved = [escape(str(p)) for p in kept if p not in empty]
-    unsaved = [escape(str(p)) for p in kept if p in empty]
+    if not kept:
+        return "nothing was written (stopped before the run folder was claimed): run the same command again."
     parts = []
-    if saved:
-        parts.append(f"finished work is in {', '.join(saved)}; the same command with --resume continues it")
-    if unsaved:
-        parts.append(f"nothing was saved yet in {', '.join(unsaved)}; the same command, with or without --resume, "
-                     "starts it over there")
-    return "; ".join(parts) + "." if parts else ("nothing was written (stopped before the run folder was claimed): "
-                                                  "run the same command again, without --resume.")
+    for folder in kept:
+        line = resume_line(folder)
+        what = "nothing was saved yet" if folder in empty else "finished work is kept"
+        if line is not None:
+            parts.append(f"{what} in {escape(str(folder))}; `{escape(line)}` continues it there")
+        elif _has_cli():
+            parts.append(f"{what} in {escape(str(folder))}; this command has no --resume: run it again (a new "
+                         f"folder), or with --overwrite --out {escape(str(folder))} to replace it")
+        else:
+            parts.append(f"{what} in {escape(str(folder))}; the same call with resume=True and out="
+                         f"{escape(repr(str(folder)))} continues it")
+    return "; ".join(parts) + "."
+
+
+def _has_cli() -> bool:
+    from layerprobe.cli.argv import COMMAND_LINE
+
+    return "words" in COMMAND_LINE
 
 
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -87,7 +130,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
         settle()
-        console.print(f"[yellow]interrupted[/yellow]: {interrupted_text()}", highlight=False)
+        console.print(f"[yellow]interrupted[/yellow]: {interrupted_text()}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     finally:
         settle()  # a phase the call announced ends with it: its line never lands in later output

@@ -20,6 +20,8 @@ def demo(
     quick: bool = typer.Option(False, "--quick", help="Fewer tokens, one seed: seconds instead of minutes."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an earlier demo in --out (only the files "
                                    "it wrote; a folder holding others is refused)."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted demo in --out: finished sub-runs "
+                                "are checked and kept, an unfinished one continues from its last save."),
 ) -> None:
     """Run every measurement offline on three real models, write one report and compare it with the committed one.
 
@@ -30,7 +32,9 @@ def demo(
     from layerprobe.runs.read import load_run
 
     with progress_bar() as progress:
-        result = call(run_demo, out_dir, quick, overwrite, progress)
+        result = call(run_demo, out_dir, quick, overwrite, progress, resume=resume)
+    for folder in result.kept:
+        out.print(f"kept (finished before, settings checked): {folder}", highlight=False, soft_wrap=True)
     for part in result.runs:
         show_warnings(part.warnings)
         run = call(load_run, part.folder)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
 from layerprobe.cli.options import model_argument, with_settings
@@ -24,13 +25,17 @@ def heal(
     (--method lstsq|cosine, no training) on the model without the chosen layers; held-out ppl and kl before and
     after."""
     from layerprobe.cli.common import fail
-    from layerprobe.cli.export import show_gain
-    from layerprobe.commands.heal.run import run_heal
+    from layerprobe.commands.probe import refuse_ranges_early
+    from layerprobe.removal import REMOVAL_FILE
 
     base = HealConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None
     config, _ = resolve_settings(HealConfig, given, base=base)
     if config.model.model is None and config.from_curve is None:
         raise fail("No MODEL given: pass the model to heal (or --from-curve RUN, which names it).")
+    if config.remove and not config.from_curve and not (Path(config.model.model) / REMOVAL_FILE).is_file():
+        call(refuse_ranges_early, config.model, remove=config.remove)  # in a moment, before torch is imported
+    from layerprobe.cli.export import show_gain
+    from layerprobe.commands.heal.run import run_heal
     with progress_bar() as progress:
         run = call(run_heal, config, progress)
     show_warnings(run.warnings)

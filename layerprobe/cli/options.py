@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional
 import typer
 import typer.core
 
+from layerprobe.cli.argv import COMMAND_LINE
 from layerprobe.errors import LayerprobeError
 from layerprobe.settings import _base_type, flag_of, mark_of, parse_text, walk
 
@@ -181,7 +182,15 @@ class SectionedCommand(typer.core.TyperCommand):
 
 
 class SentenceGroup(typer.core.TyperGroup):
-    """The command list shows each command's first paragraph (one sentence saying what it is for) whole."""
+    """The command list shows each command's first paragraph (one sentence saying what it is for) whole. The
+    words of the command line are kept (COMMAND_LINE), so Ctrl-C can name the line that resumes."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        command = self.get_command(ctx, args[0]) if args else None
+        COMMAND_LINE.clear()
+        COMMAND_LINE.update(words=list(args), resumes=command is not None and any(
+            "--resume" in getattr(p, "opts", ()) for p in command.params))
+        return super().parse_args(ctx, args)
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
         rows = []

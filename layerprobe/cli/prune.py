@@ -29,7 +29,6 @@ def prune(
 
     dP(l) = P_pruned(l) - P_original on an lm-eval task, squad, ppl, kl or drift; --curve: how many layers can go."""
     from layerprobe.cli.common import fail
-    from layerprobe.commands.prune.run import run_prune
     from layerprobe.config import find_project_config
 
     project, _ = call(find_project_config)
@@ -45,12 +44,18 @@ def prune(
         data = {**data, "dataset": SQUAD_DATASET}
     given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None, "data": data}
     config, _ = resolve_settings(PruneConfig, given, command="curve" if curve else "prune")
+    if not curve:  # a range outside the model, in a moment: before torch is imported or the weights load
+        from layerprobe.commands.probe import refuse_ranges_early
+
+        call(refuse_ranges_early, config.model, layers=config.layers, block=config.block)
     if curve:
         from layerprobe.commands.prune.curve import run_curve
 
         with progress_bar() as progress:
             show_curve(call(run_curve, config, progress))
         return
+    from layerprobe.commands.prune.run import run_prune
+
     with progress_bar() as progress:
         run = call(run_prune, config, progress)
     if run.folder is None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-from layerprobe.cli.common import call, out
+from rich.markup import escape
+
+from layerprobe.cli.common import call, console, out
 
 
 def report(
@@ -19,4 +21,7 @@ def report(
     from layerprobe.report.page import report_runs
 
     result = call(report_runs, runs, out_dir, overwrite)
+    for folder, reason in result.skipped:
+        console.print(f"[yellow]left out[/yellow] {escape(str(folder))}: {escape(reason)}", highlight=False,
+                      soft_wrap=True)
     out.print(f"{result.runs} run(s) -> [bold]{result.html}[/bold] and {result.markdown.name}", highlight=False)

@@ -12,6 +12,7 @@ from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, layer
 from layerprobe.errors import ArchitectureError, ModelLoadError, TaskError, all_checks
 from layerprobe.hub import hub_problem
 from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
+from layerprobe.runs.paths import portable_path
 
 
 @dataclass
@@ -72,10 +73,10 @@ class Probe:
         return {
             "model": loaded.spec,
             "model_source": loaded.source,
-            "model_path": str(loaded.path) if loaded.path else None,
+            "model_path": portable_path(loaded.path),
             "revision": loaded.revision,
             "weights": loaded.fingerprint(),
-            "gguf": loaded.gguf,
+            "gguf": {**loaded.gguf, "file": portable_path(loaded.gguf.get("file"))} if loaded.gguf else loaded.gguf,
             "quantization": loaded.quantization,
             "architecture": type(loaded.model).__name__,
             "layers_path": self.stack.path,
@@ -111,6 +112,34 @@ def _default_stack(model: Any, head: str) -> str | None:
     if getattr(model.config, "is_encoder_decoder", False) and head == "base" and "encoder" in stacks:
         return "encoder"
     return None
+
+
+def declared_layers(model: ModelOptions) -> int | None:
+    """The block count the checkpoint's config declares, read in a moment without its weights, so a layer range is
+    refused before the load; None where the blocks measured may be another stack (--layers-path, --stack) or the
+    config does not say."""
+    from layerprobe.models.load import peek_num_layers
+
+    if model.layers_path or model.stack or not model.model:
+        return None
+    return peek_num_layers(model.model, model.revision, model.gguf_file)
+
+
+def refuse_ranges_early(model: ModelOptions, remove: str | None = None, layers: str | None = None,
+                        block: int = 1) -> None:
+    """--remove, --layers and --block against the block count the config declares: a range outside the model is
+    refused in a moment, before torch is imported or the weights load (the CLI calls this first; the commands again,
+    for library calls)."""
+    from layerprobe.evaluation.variants import parse_layers, sweep
+    from layerprobe.removal import parse_remove
+
+    declared = declared_layers(model)
+    if declared is None:
+        return
+    if remove is not None:
+        parse_remove(remove, declared)
+    if layers is not None or block != 1:
+        sweep(declared, block, parse_layers(layers, declared))
 
 
 def preflight(model: ModelOptions, data: DataOptions, head: str = "base", need_corpus: bool = True,

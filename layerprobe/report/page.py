@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Report:
     markdown: Path
     figures: list[Path]
     runs: int
+    skipped: list = field(default_factory=list)  # (folder, reason) of each run below a given folder left out
 
 
 PLACEMENT_NAMES = {"pre": "Pre-LN", "post": "Post-LN", "peri": "Peri-LN", "mix": "Mix-LN"}
@@ -109,9 +110,11 @@ def check_report_owned(out: Path, overwrite: bool = False) -> None:
                        "it away, pass another --out, or pass --overwrite to replace it.")
 
 
-def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", overwrite: bool = False) -> Report:
+def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", overwrite: bool = False,
+                 skipped: list | None = None) -> Report:
     """One page for one or more runs; same-command runs sit side by side, with overlays across them. The title
-    starts 'layerprobe report' (report_runs): a later report knows the page as layerprobe's by it."""
+    starts 'layerprobe report' (report_runs): a later report knows the page as layerprobe's by it. `skipped`:
+    (folder, reason) of the runs left out, named on the page."""
     check_report_owned(out, overwrite)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -124,6 +127,11 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
     body_html = [f"<h1>{html.escape(title)}</h1>",
                  f'<p class="muted">{len(runs)} run(s): ' + ", ".join(html.escape(r.label) for r in runs) + "</p>"]
     body_md = [f"# {title}", "", f"{len(runs)} run(s): " + ", ".join(r.label for r in runs), ""]
+    if skipped:
+        left = [f"{folder}: {reason}" for folder, reason in skipped]
+        body_html += ["<h2>Left out</h2>",
+                      '<ul class="findings">' + "".join(f"<li>{html.escape(n)}</li>" for n in left) + "</ul>"]
+        body_md += ["## Left out", ""] + [f"- {n}" for n in left] + [""]
     disagree = conflicts(runs)
     if disagree:
         body_html += ["<h2>Where the signals disagree</h2>",
@@ -173,7 +181,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
     atomic_write_text(out / "report.html", page)
     atomic_write_text(out / "report.md", "\n".join(body_md))
     record_written(out, [out / "report.html", out / "report.md", *figures])  # a report written into a run folder
-    return Report(out / "report.html", out / "report.md", figures, len(runs))
+    return Report(out / "report.html", out / "report.md", figures, len(runs), list(skipped or []))
 
 
 def name_alike(runs: list[Run]) -> None:
@@ -197,7 +205,8 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
         check_path(path, "report's run folder")
     if out is not None:
         check_path(out, "--out")
-    runs = [run for path in paths for run in find_runs(path).values()]
+    skipped: list = []  # unfinished or unreadable runs below a folder given: left out, each named with its reason
+    runs = [run for path in paths for run in find_runs(path, skipped=skipped).values()]
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
     if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it
@@ -205,4 +214,4 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
     models = sorted({r.model for r in runs})
     shown = models if len(models) <= 5 else [*models[:4], f"and {len(models) - 4} more"]
     title = f"layerprobe report: {', '.join(shown)}"
-    return write_report(runs, folder, title, overwrite)
+    return write_report(runs, folder, title, overwrite, skipped)

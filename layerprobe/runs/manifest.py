@@ -40,7 +40,7 @@ def build_manifest(command: str, config: dict[str, Any], started: str, seconds: 
         "command": command,
         "layerprobe_version": _version("layerprobe"),
         "git_commit": git_commit(),
-        "argv": sys.argv,
+        "argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]] if sys.argv else [],  # the program, not its path
         "cwd": os.getcwd(),  # where relative paths in the config and the argv were read (export.recorded_model)
         "started": started,
         "wall_seconds": round(seconds, 3),

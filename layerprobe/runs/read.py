@@ -143,8 +143,11 @@ def _see_later(folder: Path) -> str:
     return f"; later run{'s' if len(later) > 1 else ''} with the same --out went to {shown}"
 
 
-def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
-    """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself)."""
+def find_runs(folder: str | Path, finite: bool = True, skipped: list | None = None) -> dict[str, Run]:
+    """Runs at or under a folder, keyed by their path relative to it ('' for the folder itself). With `skipped` (a
+    list, `report`), a run below the folder that is unfinished (its lock is there) or unreadable is left out and
+    appended as (its folder, the reason); without it an unreadable one is an error. None found: an error naming the
+    unfinished ones."""
     path = Path(folder)
     if path.exists() and not path.is_dir():
         raise RunError(f"'{folder}' is a file, not a run folder: pass the folder a layerprobe command wrote (its --out).")
@@ -152,14 +155,28 @@ def find_runs(folder: str | Path, finite: bool = True) -> dict[str, Run]:
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
     if is_run(path):
         return {"": load_run(path, finite)}
-    found = {str(p.parent.relative_to(path)): load_run(p.parent, finite) for p in sorted(path.rglob("summary.json"))}
+    found = {}
+    for p in sorted(path.rglob("summary.json")):
+        try:
+            found[str(p.parent.relative_to(path))] = load_run(p.parent, finite)
+        except RunError as exc:
+            if skipped is None:
+                raise
+            skipped.append((p.parent, str(exc)))
+    unfinished = sorted({lock.parent for lock in path.rglob(LOCK)} | ({path} if (path / LOCK).exists() else set()))
+    if found and skipped is not None:
+        named = {folder for folder, _ in skipped}
+        skipped += [(p, f"an unfinished run (its {LOCK} is there: interrupted, or still being written): resume it "
+                        "with the same command and --resume, or run it again")
+                    for p in unfinished if p not in named and not any(r.folder == p for r in found.values())]
     if not found:
-        unfinished = sorted({lock.parent for lock in path.rglob(LOCK)} | ({path} if (path / LOCK).exists() else set()))
         if unfinished:
             names = ", ".join(f"'{p}'" for p in unfinished[:3]) + (" ..." if len(unfinished) > 3 else "")
             what = f"'{folder}' is" if unfinished == [path] else f"'{folder}' holds no finished run: {names}"
             raise RunError(f"{what} an unfinished run (interrupted, or still being written): resume it (the same "
                            f"command with --resume, where it has one) or run it again{_see_later(unfinished[0])}.")
+        if skipped:
+            raise RunError(f"'{folder}' holds no readable run: {skipped[0][1]}")
         raise RunError(f"'{folder}' holds no layerprobe runs (no summary.json below it): pass a run folder"
                        f"{_see_later(path)}.")
     return found

@@ -24,10 +24,19 @@ def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool
     with the same settings (every setting marked as changing the numbers, settings.identity). A finished run is
     refused unless `finished_resumes` (a sweep: resuming it rewrites the outputs a fresh run would). A folder
     with no saved work (killed before its first save) resumes from the start."""
+    if resume_state(folder, command, config) == "finished" and not finished_resumes:
+        raise RunError(f"--resume: '{folder}' holds a finished {command} run: nothing to resume. Run without "
+                       "--resume (a new folder), or with --overwrite to replace it.")
+
+
+def resume_state(folder: Path, command: str, config: Any) -> str:
+    """What --resume finds in `folder` for `command` run with `config`: "missing" (no folder), "finished" (its
+    manifest.json and no lock) or "unfinished", after checking that the folder holds only this command's files and
+    that what it saved was started with the same settings (a RunError naming the first that differ)."""
     from layerprobe.settings import identity
 
     if not folder.is_dir():
-        return  # prepare_run_dir names the missing folder
+        return "missing"  # prepare_run_dir names the missing folder
     check_owned(folder, command, "--resume")  # this command's run, and only files layerprobe wrote
     now = identity(config)
     manifest = folder / "manifest.json"
@@ -37,9 +46,7 @@ def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool
     if saved is not None:
         saved = {k: v for k, v in saved.items() if not k.startswith(RESOLVED) and k != "sums"}
         check_same_settings(folder, saved, now)
-    if finished and not finished_resumes:
-        raise RunError(f"--resume: '{folder}' holds a finished {command} run: nothing to resume. Run without "
-                       "--resume (a new folder), or with --overwrite to replace it.")
+    return "finished" if finished else "unfinished"
 
 
 def _stored_identity(folder: Path) -> dict | None:

@@ -15,7 +15,7 @@ from tests.helpers import invoke
 
 
 def _stand_in(asked: list):
-    def run_demo(out, quick, overwrite, progress):
+    def run_demo(out, quick, overwrite, progress, resume=False):
         asked.append(out)
         folder = prepare_run_dir(out, overwrite=overwrite)
         (folder / "report.html").write_text("<html></html>")

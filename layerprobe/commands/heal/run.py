@@ -21,7 +21,7 @@ from typing import Any
 from layerprobe.commands.heal import COMMAND
 from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
                                               trained_details, write_transforms)
-from layerprobe.commands.probe import open_probe, preflight
+from layerprobe.commands.probe import open_probe, preflight, refuse_ranges_early
 from layerprobe.config import HEAL_METHODS, REPLACEMENTS, HealConfig
 from layerprobe.errors import ConfigError
 from layerprobe.models.layers import find_blocks, is_encoder
@@ -181,6 +181,8 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     elif config.overwrite:  # refused before the model loads, not after
         check_owned(out, "heal", "--overwrite")
     model_options = dataclasses.replace(config.model, model=spec)
+    if record is None and not config.from_curve and isinstance(remove, str):  # a range outside: refused before the load
+        refuse_ranges_early(model_options, remove=remove)
     corpus = preflight(model_options, config.data, head="causal-lm")[0]
     probe = open_probe(model_options, config.data, head="causal-lm", checked=(corpus,))
     ids = _check_source(config, record, probe.loaded, len(probe.stack))

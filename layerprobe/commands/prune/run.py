@@ -10,6 +10,7 @@ from layerprobe.commands.prune import PRUNE_COMMAND
 from layerprobe.commands.prune.merge import merge_shards
 from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
+from layerprobe.commands.probe import refuse_ranges_early
 from layerprobe.config import PruneConfig
 from layerprobe.distributed import World, current_world
 from layerprobe.errors import ConfigError
@@ -53,6 +54,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
         check_resume(Path(out), "prune", config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after
         check_owned(Path(out), "prune", "--overwrite")
+    refuse_ranges_early(config.model, layers=config.layers, block=config.block)  # before the load
     task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))

@@ -20,6 +20,7 @@ from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
 from layerprobe.models.surgery import removed
 from layerprobe.progress import Progress
+from layerprobe.runs.paths import portable_path
 from layerprobe.runs.resume import Ledger
 
 
@@ -292,7 +293,7 @@ class HarnessSweep:
         return {"num_fewshot": self.harness.fewshot_used(), "num_fewshot_by_task": self.harness.fewshot or None,
                 "limit": self.config.limit, "seed": SEED, "fewshot_seed": FEWSHOT_SEED, "shared_prefix": job.ledger.state.get("shared_prefix"),
                 "prefix_cache": job.ledger.state.get("prefix_cache"),
-                "mmlu_data": self.config.mmlu_data, "task_data": str(self.task_data) if self.task_data else None,
+                "mmlu_data": self.config.mmlu_data, "task_data": portable_path(self.task_data) if self.task_data else None,
                 "splits": self.harness.splits, "groups": self.harness.groups or None}
 
 
