@@ -192,6 +192,22 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
                        "or pass another --out; layerprobe never replaces files it did not write.")
 
 
+def clear_replaced(folder: Path, files: set[str]) -> None:
+    """--overwrite: every file the replaced run listed (its manifest's "files", or its lock's), and only those, is
+    removed before the new run writes, with the folders that leaves empty inside `folder`; a listed name outside
+    `folder` (a record edited by hand: '../x') is never touched."""
+    root = folder.resolve()
+    for name in sorted(files):
+        target = folder / name
+        if name == LOCK or root not in target.resolve().parents or not (target.is_file() or target.is_symlink()):
+            continue
+        target.unlink()
+        parent = target.parent
+        while parent.resolve() != root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+
+
 def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
     """A file layerprobe writes at a path the user chose (report.html, compare --out): one already there is replaced
     only when it is layerprobe's (is_ours(its first 4 kB of text): the signature each writer puts in, or named by the
@@ -428,9 +444,13 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                 path = _redirect(out)
             if command is not None and (overwrite or resume):
                 check_owned(path, command, "--resume" if resume else "--overwrite")
+            replaced = written_by(path)[1] if overwrite and not resume and path.is_dir() else None
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path, command, run_files(path)):
+                if replaced:  # claimed, so no other process writes here: the replaced run's files go first
+                    clear_replaced(path, replaced)
+                    _claim(path, command, run_files(path))  # the lock names what is left (nothing of the old run)
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
                     for leftover in path.glob(".*.tmp"):
