@@ -192,6 +192,33 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
                        "or pass another --out; layerprobe never replaces files it did not write.")
 
 
+def check_out_apart(out: str | Path, inputs: dict[str, Any], may_be: bool = False) -> None:
+    """A command never writes where it reads: --out (resolved, through any symbolic link) is none of `inputs` (what
+    the message calls it -> a path, None skipped), not inside one, and holds none (with --overwrite it would be
+    replaced). `may_be`: --out may be an input itself (report writes its page into a run it reads), not inside it."""
+    target = Path(out).expanduser().resolve()
+    for what, path in inputs.items():
+        if path is None or not Path(path).expanduser().exists():
+            continue
+        source = Path(path).expanduser().resolve()
+        if target == source and may_be:
+            continue
+        relation = ("is" if target == source else "is inside" if source in target.parents else
+                    "holds" if target in source.parents and not may_be else None)
+        if relation:
+            raise RunError(f"--out '{out}' {relation} {what} '{path}' (resolved: '{source}'): a command never "
+                           "writes where it reads; pass another --out.")
+
+
+def enclosing_run(path: str | Path) -> Path | None:
+    """The layerprobe run folder `path` lies inside (a parent holding summary.json and manifest.json, or a run's
+    lock), or None: an export written there would replace part of that run (a heal run's merged/)."""
+    for parent in Path(path).expanduser().resolve().parents:
+        if ((parent / "summary.json").is_file() and (parent / "manifest.json").is_file()) or (parent / LOCK).is_file():
+            return parent
+    return None
+
+
 def clear_replaced(folder: Path, files: set[str]) -> None:
     """--overwrite: every file the replaced run listed (its manifest's "files", or its lock's), and only those, is
     removed before the new run writes, with the folders that leaves empty inside `folder`; a listed name outside

@@ -38,7 +38,8 @@ from layerprobe.repair.replace import cosine_warning, fold_targets, paired_score
 from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.commands.heal import REPLACE
 from layerprobe.runs.columns import names
-from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, write_csv
+from layerprobe.runs.folder import (abandons_on_error, check_out_apart, check_owned, model_label, prepare_run_dir,
+                                    write_csv)
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.write import RunResult, write_run
@@ -184,6 +185,8 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     _checks(config)
     spec, remove, record = removal_source(config)
     out = Path(COMMAND.out(config, spec))
+    check_out_apart(out, {"the model": spec if spec and Path(spec).is_dir() else None,
+                          "the --from-curve run": config.from_curve})
     if config.resume:
         check_resume(out, "heal", config)
     elif config.overwrite:  # refused before the model loads, not after

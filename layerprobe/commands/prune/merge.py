@@ -10,7 +10,7 @@ from typing import Any
 from layerprobe.commands.prune.outputs import write_prune_outputs
 from layerprobe.config import DataOptions, ModelOptions, PruneConfig
 from layerprobe.errors import ConfigError, RunError, article, check_path
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
+from layerprobe.runs.folder import abandons_on_error, check_out_apart, prepare_run_dir
 from layerprobe.runs.read import load_run
 from layerprobe.settings import identity
 
@@ -108,6 +108,8 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
         check_path(folder, "merge's shard folder")
     if out is not None:
         check_path(out, "merge's --out")
+    if out is not None:
+        check_out_apart(out, {f"the shard folder #{n}": f for n, f in enumerate(folders, 1)})
     runs = [load_run(f) for f in folders]
     count = _check_slices(runs)
     runs.sort(key=lambda r: r.summary["shard"]["index"])
