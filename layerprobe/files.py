@@ -25,6 +25,9 @@ FILE_MODE = 0o666 & ~umask()  # what open() would give: CI artifacts and shared 
 
 
 @contextlib.contextmanager
+PARTIAL_MARK = ".layerprobe-partial"  # inside a private sibling folder while it is written: layerprobe's own
+
+
 def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iterator[Path]:
     """A hidden sibling of `target` to write (a file '.<name>.<random>.tmp', or with `folder` a folder
     '.<name>.partial-<random>'), published when the block ends cleanly: every file in it made as open() would make
@@ -35,12 +38,15 @@ def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iter
     if folder:
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         scratch.chmod(0o777 & ~umask())  # as mkdir would make it, not mkdtemp's 0700
+        (scratch / PARTIAL_MARK).write_text("layerprobe\n")  # a resume removes a partial only with this mark
     else:
         fd, name = tempfile.mkstemp(prefix=f".{target.name.lstrip('.')}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         scratch = Path(name)
     try:
         yield scratch
+        if folder:
+            (scratch / PARTIAL_MARK).unlink(missing_ok=True)  # never published
         for file in (p for p in scratch.rglob("*") if p.is_file()) if folder else (scratch,):
             file.chmod(FILE_MODE)  # mkstemp makes 0600 whatever the umask
             _fsync(file)

@@ -240,6 +240,36 @@ def resolve(cls: type, given: Mapping, project: Mapping | None = None, base: Any
     return config, sources
 
 
+def unknown_saved(cls: type, saved: Mapping, prefix: str = "") -> list[str]:
+    """The dotted names in a manifest's settings that no field of `cls` (or of its groups) has: written by a newer
+    layerprobe, or by hand."""
+    names = {f.name: f for f in fields(cls) if f.init}
+    found = [f"{prefix}{key}" for key in saved if key not in names]
+    for key, value in saved.items():
+        group = group_of(cls, key) if key in names else None
+        if group is not None and isinstance(value, Mapping):
+            found += unknown_saved(group, value, f"{prefix}{key}.")
+    return found
+
+
+def from_saved(cls: type, saved: Mapping, where: str, **given: Any) -> Any:
+    """The settings object a manifest saved (`where`: its file, for the message), `given` replacing some: a setting
+    this version does not know is one line naming it, never a TypeError."""
+    unknown = unknown_saved(cls, saved)
+    if unknown:
+        from layerprobe.errors import RunError
+
+        raise RunError(f"'{where}' holds setting{'s' if len(unknown) > 1 else ''} this layerprobe version does not "
+                       f"know ({', '.join(unknown[:5])}): it was written by a newer layerprobe (or edited); use that "
+                       "version, or upgrade.")
+    values = dict(saved)
+    for f in fields(cls):
+        group = group_of(cls, f.name)
+        if group is not None and isinstance(values.get(f.name), Mapping) and f.name not in given:
+            values[f.name] = from_saved(group, values[f.name], where)
+    return cls(**{**values, **given})
+
+
 def _known_keys(cls: type, given: Mapping, prefix: str) -> None:
     """A given key that is no field of `cls` (a misspelling, or a grouped setting given at the top level) is an
     error naming it, never silently ignored."""

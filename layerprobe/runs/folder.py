@@ -10,12 +10,13 @@ import io
 import json
 import os
 import re
+import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from layerprobe.errors import RunError, article, first_line
-from layerprobe.files import FILE_MODE, publishing, temp_file
+from layerprobe.files import FILE_MODE, PARTIAL_MARK, publishing, temp_file
 
 T = TypeVar("T")
 
@@ -92,7 +93,7 @@ def note_written(path: Path) -> None:
 
 def _ours_hidden(name: str) -> bool:
     """A lock, a temp file or a private sibling folder that layerprobe makes and removes (never a run's output)."""
-    return any(part == LOCK or (part.startswith(".") and (part.endswith(".tmp") or ".partial-" in part
+    return any(part in (LOCK, PARTIAL_MARK) or (part.startswith(".") and (part.endswith(".tmp") or ".partial-" in part
                                                           or ".old-" in part or part.endswith(LOCK)))
                for part in name.split("/"))
 
@@ -483,6 +484,9 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                     for leftover in path.glob(".*.tmp"):
                         if not leftover.name.startswith(LOCK + "."):  # a contender's lock, being taken now
                             leftover.unlink(missing_ok=True)
+                    for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
+                        if leftover.is_dir() and (leftover / PARTIAL_MARK).is_file():
+                            shutil.rmtree(leftover, ignore_errors=True)
                 return path
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "

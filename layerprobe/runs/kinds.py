@@ -35,6 +35,7 @@ class Kind:
     shared_plots: str | Callable | None = None  # (runs, folder) -> {index: figure}: plots drawn again alike when
     # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
+    reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function an attribute holds, imported first where it is named as 'module:function'."""
