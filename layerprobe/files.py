@@ -24,10 +24,10 @@ def umask() -> int:
 FILE_MODE = 0o666 & ~umask()  # what open() would give: CI artifacts and shared folders follow the user's umask
 
 
-@contextlib.contextmanager
 PARTIAL_MARK = ".layerprobe-partial"  # inside a private sibling folder while it is written: layerprobe's own
 
 
+@contextlib.contextmanager
 def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iterator[Path]:
     """A hidden sibling of `target` to write (a file '.<name>.<random>.tmp', or with `folder` a folder
     '.<name>.partial-<random>'), published when the block ends cleanly: every file in it made as open() would make
