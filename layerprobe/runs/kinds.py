@@ -16,6 +16,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from layerprobe.registry import Registry
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -50,4 +52,4 @@ def resolve_ref(ref: str | Callable) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-KINDS: dict[str, Kind] = {}  # command -> its Kind, filled by layerprobe.commands.register from the records
+KINDS: dict[str, Kind] = Registry("run kind")  # command -> its Kind, filled by layerprobe.commands.register from the records
