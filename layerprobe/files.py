@@ -24,7 +24,8 @@ def umask() -> int:
 FILE_MODE = 0o666 & ~umask()  # what open() would give: CI artifacts and shared folders follow the user's umask
 
 
-PARTIAL_MARK = ".layerprobe-partial"  # inside a private sibling folder while it is written: layerprobe's own
+PARTIAL_MARK = ".layerprobe"  # '<partial folder>.layerprobe', beside a private sibling folder while it is written:
+# the mark that it is layerprobe's own (a resume removes a partial folder a kill left only with it)
 
 
 @contextlib.contextmanager
@@ -38,15 +39,14 @@ def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iter
     if folder:
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         scratch.chmod(0o777 & ~umask())  # as mkdir would make it, not mkdtemp's 0700
-        (scratch / PARTIAL_MARK).write_text("layerprobe\n")  # a resume removes a partial only with this mark
+        mark = scratch.with_name(scratch.name + PARTIAL_MARK)
+        mark.write_text("layerprobe\n")
     else:
         fd, name = tempfile.mkstemp(prefix=f".{target.name.lstrip('.')}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         scratch = Path(name)
     try:
         yield scratch
-        if folder:
-            (scratch / PARTIAL_MARK).unlink(missing_ok=True)  # never published
         for file in (p for p in scratch.rglob("*") if p.is_file()) if folder else (scratch,):
             file.chmod(FILE_MODE)  # mkstemp makes 0600 whatever the umask
             _fsync(file)
@@ -54,6 +54,9 @@ def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iter
     except BaseException:
         remove(scratch)
         raise
+    finally:
+        if folder:
+            mark.unlink(missing_ok=True)
 
 
 def temp_file(beside: Path, data: bytes) -> Path:

@@ -93,7 +93,7 @@ def note_written(path: Path) -> None:
 
 def _ours_hidden(name: str) -> bool:
     """A lock, a temp file or a private sibling folder that layerprobe makes and removes (never a run's output)."""
-    return any(part in (LOCK, PARTIAL_MARK) or (part.startswith(".") and (part.endswith(".tmp") or ".partial-" in part
+    return any(part == LOCK or (part.startswith(".") and (part.endswith(".tmp") or ".partial-" in part
                                                           or ".old-" in part or part.endswith(LOCK)))
                for part in name.split("/"))
 
@@ -481,12 +481,14 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                     _claim(path, command, run_files(path))  # the lock names what is left (nothing of the old run)
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
+                    for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
+                        mark = leftover.with_name(leftover.name + PARTIAL_MARK)
+                        if leftover.is_dir() and mark.is_file():
+                            shutil.rmtree(leftover, ignore_errors=True)
+                            mark.unlink(missing_ok=True)
                     for leftover in path.glob(".*.tmp"):
                         if not leftover.name.startswith(LOCK + "."):  # a contender's lock, being taken now
                             leftover.unlink(missing_ok=True)
-                    for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
-                        if leftover.is_dir() and (leftover / PARTIAL_MARK).is_file():
-                            shutil.rmtree(leftover, ignore_errors=True)
                 return path
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "
