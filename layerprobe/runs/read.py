@@ -141,8 +141,6 @@ def is_run(folder: Path) -> bool:
 def load_run(folder: str | Path, finite: bool = True) -> Run:
     """A finished run, or a RunError naming what is wrong with the folder (check_table: whole tables; `finite`:
     no NaN where a number is always measured)."""
-    import pandas as pd
-
     check_path(folder, "load_run's folder")
     path = Path(folder)
     if path.exists() and not path.is_dir():
