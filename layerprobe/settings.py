@@ -454,7 +454,8 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
             wanted = ("given" if mark.applies[1] == "nonzero" else
                       f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
                       " or ".join(map(str, mark.applies[1])))
-            shown = ",".join(map(str, value)) if isinstance(value, (tuple, list)) else value
+            shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
+                     f"{value:g}" if isinstance(value, float) else value)
             raise ConfigError(f"{flag_of(f)} {shown} does nothing with {flag} {then}: it applies only where {flag} is "
                               f"{wanted}; drop {flag_of(f)}, or change {flag}.")
 
