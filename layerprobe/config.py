@@ -222,11 +222,11 @@ class PruneConfig:
                                     "lm-eval's own tasks read their rows from here.")
     mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from "
                                     "this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
-    num_fewshot: int | None = setting(None, project=True, minimum=0, help="lm-eval few-shot examples (task default "
+    num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", ("ppl", "kl", "drift", "squad")), help="lm-eval few-shot examples (task default "
                                       "if unset).")
-    limit: float | None = setting(None, project=True, above=0, help="lm-eval/squad: first N documents or questions "
+    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", ("ppl", "kl", "drift")), help="lm-eval/squad: first N documents or questions "
                                   "(a fraction if < 1).")
-    layers: str | None = setting(None, project=True, help="Only these start layers, e.g. 0,3,8-11.")
+    layers: str | None = setting(None, project=True, ranges=True, help="Only these start layers, e.g. 0,3,8-11.")
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
     part: str = setting("block", choices=PARTS, help="What goes of each removed layer: block (all of it), attn or mlp "
                         "(only that sub-layer; the residual path stays).")
@@ -309,7 +309,7 @@ class HealConfig:
     # sequences; 0.505 +- 0.015 at 8,192), its fall from removal 0.40 +- 0.02: heal --method lstsq runs in a minute
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=4096, seq_len=256, batch_size=4),
                                 help="The corpus: held-out text first, training text after it.")
-    remove: str | None = setting(None, resolved="removed", help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
+    remove: str | None = setting(None, resolved="removed", ranges=True, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
                                  "27; 3,7,9-11.")
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: heal a strategy's choice.")
     strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
@@ -319,26 +319,26 @@ class HealConfig:
     method: str = setting("lora", choices=HEAL_METHODS, help="lora: train LoRA adapters; tail: train only the LM "
                           "head and the last --tail-blocks kept blocks; lstsq, cosine: no training, one linear map per "
                           "removed run folded into the MLP output projection of the block before it (ReplaceMe).")
-    steps: int = setting(200, minimum=1, help="Training steps (AdamW updates; --method lora and tail).")
-    tail_blocks: int = setting(3, minimum=1, help="--method tail: the last N kept blocks trained with the LM head.")
-    calibration_tokens: int = setting(16384, minimum=1, help="--method lstsq|cosine: token positions after the "
+    steps: int = setting(200, minimum=1, applies=("method", ("lora", "tail")), help="Training steps (AdamW updates; --method lora and tail).")
+    tail_blocks: int = setting(3, minimum=1, applies=("method", ("tail",)), help="--method tail: the last N kept blocks trained with the LM head.")
+    calibration_tokens: int = setting(16384, minimum=1, applies=("method", REPLACEMENTS), help="--method lstsq|cosine: token positions after the "
                                       "held-out text the maps are fitted on.")
-    ridge: float = setting(0.0, minimum=0, help="--method lstsq|cosine: ridge towards the identity (plain removal), "
+    ridge: float = setting(0.0, minimum=0, applies=("method", REPLACEMENTS), help="--method lstsq|cosine: ridge towards the identity (plain removal), "
                            "relative to the mean squared MLP output: 0 = plain least squares.")
-    cosine_steps: int = setting(300, minimum=1, help="--method cosine: full-batch Adam steps from the lstsq map.")
-    cosine_lr: float = setting(1e-4, above=0, help="--method cosine: Adam's learning rate.")
-    lr: float = setting(2e-4, above=0, help="Peak learning rate: linear warmup over 10% of the steps, then cosine "
+    cosine_steps: int = setting(300, minimum=1, applies=("method", ("cosine",)), help="--method cosine: full-batch Adam steps from the lstsq map.")
+    cosine_lr: float = setting(1e-4, above=0, applies=("method", ("cosine",)), help="--method cosine: Adam's learning rate.")
+    lr: float = setting(2e-4, above=0, applies=("method", ("lora", "tail")), help="Peak learning rate: linear warmup over 10% of the steps, then cosine "
                         "to 10%.")
-    lora_rank: int = setting(8, minimum=1, help="LoRA rank r.")
-    lora_alpha: float = setting(16.0, above=0, help="LoRA alpha (the update is scaled by alpha / r).")
-    lora_targets: tuple[str, ...] = setting((), parse="csv", help="Projections to adapt by name, comma-separated, "
+    lora_rank: int = setting(8, minimum=1, applies=("method", ("lora",)), help="LoRA rank r.")
+    lora_alpha: float = setting(16.0, above=0, applies=("method", ("lora",)), help="LoRA alpha (the update is scaled by alpha / r).")
+    lora_targets: tuple[str, ...] = setting((), parse="csv", applies=("method", ("lora",)), help="Projections to adapt by name, comma-separated, "
                                             "e.g. q_proj,v_proj (default: every linear projection of the kept "
                                             "blocks' attention and MLP).")
-    objective: str = setting("lm", choices=OBJECTIVES, help="lm: next-token loss (Gromov et al.); distill: "
+    objective: str = setting("lm", choices=OBJECTIVES, applies=("method", ("lora", "tail")), help="lm: next-token loss (Gromov et al.); distill: "
                              "KL(unpruned || shortened) of next-token distributions on the same tokens.")
     clip: float = setting(1.0, minimum=0, help="Max global gradient norm, 0 = off.")
     seed: int = setting(0, help="Seed of the adapters' initialization.")
-    eval_every: int = setting(50, minimum=1, help="Score the held-out text every N steps (heal.csv).")
+    eval_every: int = setting(50, minimum=1, applies=("method", ("lora", "tail")), help="Score the held-out text every N steps (heal.csv).")
     save_every: int = setting(50, minimum=1, numbers=False, help="Save adapters, optimizer, RNG and step every N "
                               "steps: a kill loses at most the steps since, --resume continues.")
     gain: bool | None = setting(None, numbers=False, negative=True, help="Time the original and shortened models "
@@ -377,7 +377,7 @@ class GradnormConfig:
     train: TrainSettings = setting(factory=TrainSettings, help="--steps N: AdamW updates after init.")
     record_steps: str | None = setting(None, help="Steps to measure at, e.g. 0,100,500 (default: 0, each quarter, "
                                        "the end).")
-    monitor_every: int | None = setting(None, minimum=1, help="--steps: every N steps, the layers as "
+    monitor_every: int | None = setting(None, minimum=1, applies=("train.steps", "nonzero"), help="--steps: every N steps, the layers as "
                                         "layerprobe.integrations watches them (d(l, 1), Block Influence, norm, "
                                         "variance, the step's own gradient norms) on the measuring batches, into "
                                         "training.csv (default: about 20 times, every --steps/20).")

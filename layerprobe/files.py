@@ -24,6 +24,10 @@ def umask() -> int:
 FILE_MODE = 0o666 & ~umask()  # what open() would give: CI artifacts and shared folders follow the user's umask
 
 
+PARTIAL_MARK = ".layerprobe"  # '<partial folder>.layerprobe', beside a private sibling folder while it is written:
+# the mark that it is layerprobe's own (a resume removes a partial folder a kill left only with it)
+
+
 @contextlib.contextmanager
 def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iterator[Path]:
     """A hidden sibling of `target` to write (a file '.<name>.<random>.tmp', or with `folder` a folder
@@ -35,6 +39,8 @@ def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iter
     if folder:
         scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
         scratch.chmod(0o777 & ~umask())  # as mkdir would make it, not mkdtemp's 0700
+        mark = scratch.with_name(scratch.name + PARTIAL_MARK)
+        mark.write_text("layerprobe\n")
     else:
         fd, name = tempfile.mkstemp(prefix=f".{target.name.lstrip('.')}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
@@ -48,6 +54,9 @@ def publishing(target: Path, folder: bool = False, replace: bool = True) -> Iter
     except BaseException:
         remove(scratch)
         raise
+    finally:
+        if folder:
+            mark.unlink(missing_ok=True)
 
 
 def temp_file(beside: Path, data: bytes) -> Path:

@@ -46,6 +46,10 @@ class Mark:
     # environment or project file) rather than left at its default
     resolved: str | None = None  # what the setting came to on the machine is the identity key resolved.<name> (the
     # dtype auto picked, a capped seq_len, the weights behind a name): the command supplies it (resolved_identity)
+    ranges: bool = False  # block ids as text ('2,3', '2-3', '3,2'): the identity holds them in one spelling
+    applies: tuple | None = None  # (setting path from the config's root, values it applies with): given while that
+    # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
+    # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -116,8 +120,28 @@ def _identity(cls: type, values: Mapping, prefix: str) -> dict[str, Any]:
         if group is not None and isinstance(value, Mapping):
             found |= _identity(group, value, f"{prefix}{f.name}.")
         else:
-            found[prefix + f.name] = _plain(value)
+            found[prefix + f.name] = _canonical_ranges(value) if mark.ranges else _plain(value)
     return found
+
+
+def _canonical_ranges(text: Any) -> Any:
+    """'3,2' and '2,3' -> '2-3': one spelling of a set of block ids, so --resume with --remove 2,3 after 2-3 is the
+    same setting. Text that is no list of ids and ranges stays as it is (its command names the problem)."""
+    if not isinstance(text, str):
+        return text
+    ids: set[int] = set()
+    for token in text.replace(" ", "").split(","):
+        low, _, high = token.partition("-")
+        if not low.isdigit() or not (high.isdigit() or not high):
+            return text
+        ids.update(range(int(low), int(high or low) + 1))
+    runs: list[list[int]] = []
+    for index in sorted(ids):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 RESOLVED = "resolved."  # the prefix of the identity keys a setting's Mark.resolved names
@@ -237,7 +261,38 @@ def resolve(cls: type, given: Mapping, project: Mapping | None = None, base: Any
     config = _resolve(cls, given, project or {}, base if base is not None else cls(), environ, where, "", sources)
     _given(config, cls(), "", {})  # every field of its declared type ('many' tokens is an error here, not later)
     validate(config, sources)
+    check_applies(config, sources)
     return config, sources
+
+
+def unknown_saved(cls: type, saved: Mapping, prefix: str = "") -> list[str]:
+    """The dotted names in a manifest's settings that no field of `cls` (or of its groups) has: written by a newer
+    layerprobe, or by hand."""
+    names = {f.name: f for f in fields(cls) if f.init}
+    found = [f"{prefix}{key}" for key in saved if key not in names]
+    for key, value in saved.items():
+        group = group_of(cls, key) if key in names else None
+        if group is not None and isinstance(value, Mapping):
+            found += unknown_saved(group, value, f"{prefix}{key}.")
+    return found
+
+
+def from_saved(cls: type, saved: Mapping, where: str, **given: Any) -> Any:
+    """The settings object a manifest saved (`where`: its file, for the message), `given` replacing some: a setting
+    this version does not know is one line naming it, never a TypeError."""
+    unknown = unknown_saved(cls, saved)
+    if unknown:
+        from layerprobe.errors import RunError
+
+        raise RunError(f"'{where}' holds setting{'s' if len(unknown) > 1 else ''} this layerprobe version does not "
+                       f"know ({', '.join(unknown[:5])}): it was written by a newer layerprobe (or edited); use that "
+                       "version, or upgrade.")
+    values = dict(saved)
+    for f in fields(cls):
+        group = group_of(cls, f.name)
+        if group is not None and isinstance(values.get(f.name), Mapping) and f.name not in given:
+            values[f.name] = from_saved(group, values[f.name], where)
+    return cls(**{**values, **given})
 
 
 def _known_keys(cls: type, given: Mapping, prefix: str) -> None:
@@ -362,6 +417,49 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
                 raise ConfigError(f"{label} must be {kind}, got {value:g}{said}.")
 
 
+def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
+    """(whether a setting with Mark.applies `rule` does something with `config`, the flag it depends on, its value)."""
+    owner, name = config, rule[0]
+    for part in name.split(".")[:-1]:
+        owner = getattr(owner, part, None)
+    leaf = name.split(".")[-1]
+    value = getattr(owner, leaf, None)
+    f = next((f for f in fields(owner) if f.name == leaf), None) if is_dataclass(owner) else None
+    flag = flag_of(f) if f is not None else f"--{leaf.replace('_', '-')}"
+    if rule[1] == "nonzero":
+        return bool(value), flag, value
+    if rule[1] == "not":
+        return value not in rule[2], flag, value
+    return value in rule[1], flag, value
+
+
+def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", root: Any = None,
+                  library: bool = False) -> None:
+    """One rule for every command: a setting given on the command line or in the call that does nothing with the
+    other settings (its Mark.applies) is refused, naming it and why; never silently ignored. Not refused: a value
+    from a project file or the environment (they serve many runs), and in a library call (`library`: where a value
+    came from is unknown there) a setting a project file may hold."""
+    root = config if root is None else root
+    for f in fields(config):
+        value, mark, path = getattr(config, f.name), mark_of(f), prefix + f.name
+        if is_dataclass(value):
+            check_applies(value, sources, path + ".", root, library)
+            continue
+        origin = sources.get(path)
+        if mark is None or mark.applies is None or origin is None or origin.startswith(("the environment", "[")) \
+                or (library and mark.project):
+            continue
+        applies, flag, then = _applies_now(root, mark.applies)
+        if not applies:
+            wanted = ("given" if mark.applies[1] == "nonzero" else
+                      f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
+                      " or ".join(map(str, mark.applies[1])))
+            shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
+                     f"{value:g}" if isinstance(value, float) else value)
+            raise ConfigError(f"{flag_of(f)} {shown} does nothing with {flag} {then}: it applies only where {flag} is "
+                              f"{wanted}; drop {flag_of(f)}, or change {flag}.")
+
+
 # ---- the library's entry: the same checks, before any model loads ------------------------------------------------
 
 
@@ -434,6 +532,7 @@ def check_call(config: Any, cls: type, what: str) -> None:
     given: dict[str, str] = {}
     _given(config, cls(), "", given)
     validate(config, given)
+    check_applies(config, given, library=True)
 
 
 def takes(cls: type, what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

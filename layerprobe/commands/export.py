@@ -26,7 +26,7 @@ from layerprobe.progress import Progress, silent
 from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_curve, output, parse_remove,
                                 recorded_weights, removal_record, verify_reload)
 from layerprobe.files import publishing
-from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, run_files
+from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, enclosing_run, run_files
 from layerprobe.settings import takes
 from layerprobe.commands.export_gguf import GGUF_NAME, check_gguf_request, guard_gguf_file, write_gguf
 
@@ -155,9 +155,13 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
         raise RunError(f"--out '{out_arg}' is the working directory or holds it: pass a new folder for the export.")
     if source is not None:
         held = source.resolve()
-        if out == held or out in held.parents:
-            raise RunError(f"--out '{out_arg}' is the source model ('{held}') or holds it: pass a new folder; the "
-                           "source is never replaced.")
+        if out == held or out in held.parents or held in out.parents:
+            raise RunError(f"--out '{out_arg}' is the source model ('{held}'), inside it or holds it: pass a new "
+                           "folder; the source is never replaced or written into.")
+    run = enclosing_run(out)
+    if run is not None:
+        raise RunError(f"--out '{out_arg}' is inside the layerprobe run folder '{run}' (its merged/ or another part "
+                       "its summary describes): pass a folder outside it; an export never replaces part of a run.")
     if out.exists() and not out.is_dir():
         raise RunError(f"--out '{out_arg}' is a file: pass a folder path.")
     if out.is_dir() and any(out.iterdir()):

@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from layerprobe.runs.columns import TABLES, Table
+from layerprobe.errors import ConfigError
+from layerprobe.registry import Registry
+from layerprobe.runs.columns import TABLES, Column, Table
 from layerprobe.runs.folder import slug
-from layerprobe.runs.keys import SUMMARIES
+from layerprobe.runs.keys import SUMMARIES, Key
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
 
 
@@ -58,20 +60,53 @@ class Command:
         return found | dict(self.exports)
 
 
-COMMANDS: dict[str, Command] = {}
+COMMANDS: dict[str, Command] = Registry("command")
+
+
+def _malformed(command: Any) -> str | None:
+    """What is wrong with a record given to register, or None."""
+    if not isinstance(command, Command):
+        return f"takes a Command record (layerprobe.commands.Command), got {type(command).__name__} {command!r:.40}"
+    fields = [("name", isinstance(command.name, str) and command.name.strip() != "", "a non-empty str"),
+              ("cli", command.cli is None or isinstance(command.cli, str) or callable(command.cli),
+               "'module:function', a function or None"),
+              ("run", command.run is None or isinstance(command.run, str) or callable(command.run),
+               "'module:function', a function or None"),
+              ("settings", command.settings is None or isinstance(command.settings, type), "a dataclass or None"),
+              ("kind", command.kind is None or isinstance(command.kind, Kind), "a runs.kinds.Kind or None"),
+              ("summary", isinstance(command.summary, (tuple, list)) and all(isinstance(k, Key) for k in
+                                                                             command.summary), "Key records"),
+              ("tables", isinstance(command.tables, dict) and all(
+                  isinstance(v, Table) or (isinstance(v, (tuple, list)) and all(isinstance(c, Column) for c in v))
+                  for v in command.tables.values()), "CSV file -> Column records or a Table")]
+    bad = next(((name, what) for name, ok, what in fields if not ok), None)
+    if bad:
+        return f"got a record whose {bad[0]} is {getattr(command, bad[0])!r:.40}, not {bad[1]}"
+    return None
 
 
 def register(command: Command) -> Command:
     """Add a command to COMMANDS and its run format (Kind, summary keys, CSV columns) to the registries the run
-    readers use (runs/kinds.py, runs/keys.py, runs/columns.py): report, compare, load_run and docs/outputs.md."""
-    COMMANDS[command.name] = command
+    readers use (runs/kinds.py, runs/keys.py, runs/columns.py): report, compare, load_run and docs/outputs.md. A
+    malformed record, or a name another record holds (a built-in command included), is one line: nothing is
+    replaced silently (registry.py)."""
+    problem = _malformed(command)
+    if problem:
+        raise ConfigError(f"register {problem}.")
+    COMMANDS.add(command.name, command)
     if command.kind is not None:
-        KINDS.setdefault(command.kind.name, command.kind)
+        KINDS.add(command.kind.name, command.kind)
     if command.summary:
-        SUMMARIES.setdefault(command.name, tuple(command.summary))
+        SUMMARIES.add(command.name, tuple(command.summary))
     for table, columns in command.tables.items():
-        TABLES.setdefault(table, columns if isinstance(columns, Table) else Table(tuple(columns)))
+        TABLES.add(table, columns if isinstance(columns, Table) else Table(tuple(columns)))
     return command
+
+
+def freeze() -> None:
+    """Freeze every registry (COMMANDS, KINDS, SUMMARIES, TABLES): no command added, replaced or removed after."""
+    for registry in (COMMANDS, KINDS, SUMMARIES, TABLES):
+        registry.freeze()
 
 
 def named(name: str) -> Callable[[Any], str]:

@@ -85,6 +85,7 @@ class HarnessTask:
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
             self.fewshot[name] = int(task.get_config("num_fewshot") or 0)
             _reuse_requests(task)
+        self._check_fewshot()
         from layerprobe.evaluation.local_data import score_existing_splits
 
         self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
@@ -115,6 +116,21 @@ class HarnessTask:
         self.missing = used.pop("missing", {})
         self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
 
+    def _check_fewshot(self) -> None:
+        """--num-fewshot within each task's few-shot split (lm-eval would stop on its own assertion while building
+        the requests): one line naming the option, the task and how many examples it has."""
+        if not self.num_fewshot:
+            return
+        for name, task in self.loaded["tasks"].items():
+            try:
+                docs = task.fewshot_docs()
+            except Exception:  # a task without a few-shot split of its own: lm-eval's error, caught in evaluate
+                continue
+            have = len(docs) if docs is not None else None
+            if have is not None and self.num_fewshot > have:
+                raise ConfigError(f"--num-fewshot {self.num_fewshot} is more than task '{name}' has few-shot "
+                                  f"examples ({have}): pass --num-fewshot {have} or fewer.")
+
     def higher_is_better(self) -> dict[str, bool]:
         """lm-eval's own direction of each metric."""
         merged: dict[str, bool] = {}
@@ -133,8 +149,15 @@ class HarnessTask:
         torch.manual_seed(SEED)
         for task in self.loaded["tasks"].values():  # the same few-shot examples for every variant
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
-        results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
-                           log_samples=True, verbosity="ERROR")
+        try:
+            results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
+                               log_samples=True, verbosity="ERROR")
+        except (AssertionError, ValueError, IndexError, KeyError) as exc:  # lm-eval's own checks, at the boundary
+            option = (f"--num-fewshot {self.num_fewshot}" if self.num_fewshot else
+                      f"--limit {self.limit:g}" if self.limit else "--task")
+            reason = first_line(exc) or "an assertion"
+            raise TaskError(f"lm-eval stopped on task '{self.name}' ({type(exc).__name__}: {reason}): check {option} "
+                            "against the task's documents and few-shot split.") from None
         from layerprobe.evaluation.records import leaf_tasks, lm_eval_rows
 
         self.records = lm_eval_rows(results.get("samples") or {}, self.loaded["tasks"])

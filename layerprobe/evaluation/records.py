@@ -131,13 +131,16 @@ def write(folder: Path, rows: list[dict]) -> Path:
 
 
 def read_frame(folder: Path) -> Any:
-    """The records of a run folder as a DataFrame (None without a records file)."""
-    import pandas as pd
+    """The records of a run folder as a DataFrame (None without a records file), checked as every table read back is
+    (runs/read.py read_table: one line naming the file, row and column)."""
+    from layerprobe.runs.read import check_numbers, read_table
 
     path = Path(folder) / FILE
     if not path.is_file():
         return None
-    return pd.read_csv(path, dtype={"removed": str, "task": str})
+    table = read_table(path, dtype={"removed": str, "task": str})
+    check_numbers(path, table, [c for c in table.columns if c not in ("removed", "task")])  # each metric's too
+    return table
 
 
 def read(folder: Path) -> list[dict] | None:

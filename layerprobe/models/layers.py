@@ -329,8 +329,15 @@ DOWN_PROJECTIONS = ("down_proj", "c_proj", "fc2", "fc_out", "dense_4h_to_h", "w2
 # Norms on the MLP's output before the residual add (Gemma 2/3 and OLMo 2 `post_feedforward_layernorm`, GLM-4
 # `post_mlp_layernorm`): a linear map folded into the down-projection would pass through them, so no fold is exact.
 POST_MLP_NORMS = ("post_feedforward_layernorm", "post_mlp_layernorm", "ffn_post_norm")
+# Scales a block applies to its MLP's output after the projection, before the residual add (config fields; Granite's
+# `residual_multiplier`: x + r * mlp(x)). The repair's m is what the block adds, r times the projection's output, so
+# a map T folded into the projection gives r (y T) = m T exactly. A scale missing here is caught by the fold's check
+# (repair/replace.py verify_folds), which refuses, never saves, an inexact fold.
+OUTPUT_SCALES = ("residual_multiplier",)
 # Families with a norm after the residual add (Post-LN): the block's output is LayerNorm(x + f(x)).
 POST_LN_TYPES = frozenset(RESIDUAL_INSIDE) - {"bloom"}  # BLOOM adds its residual inside `mlp`, but is Pre-LN
+# Config flags that make a family Post-LN (OPT's do_layer_norm_before=False, as OPT-350m): flag -> the Post-LN value
+POST_LN_FLAGS = {"do_layer_norm_before": False}
 # Linear layers that store their weight as (in, out) (GPT-2's Conv1D); torch's Linear stores (out, in).
 TRANSPOSED_LINEARS = ("Conv1D",)
 # The in-house family's placements whose block output is x + attn + mlp exactly (models/placement.py).
@@ -345,7 +352,7 @@ def fold_target(model: Any, stack: BlockStack, index: int) -> Any:
                                 "replacement: keep block 0 (remove from 1 on), or use --method lora or tail.")
     config = text_config(model)
     model_type = getattr(config, "model_type", None)
-    if model_type in POST_LN_TYPES:
+    if model_type in POST_LN_TYPES or any(getattr(config, k, None) is v for k, v in POST_LN_FLAGS.items()):
         raise ArchitectureError(f"{model_type} is Post-LN (a LayerNorm after each residual add), so a map folded into "
                                 "an MLP's output projection is not applied as fitted: use --method lora or tail.")
     placement = getattr(config, "placement", None)
@@ -358,7 +365,10 @@ def fold_target(model: Any, stack: BlockStack, index: int) -> Any:
         raise ArchitectureError(f"Block {index} normalizes its MLP output ({norm}) before the residual add (Peri-LN), "
                                 "so a map folded into its down-projection is not applied as fitted: use --method lora "
                                 "or tail.")
-    sublayer = find_sublayer(model, block, "mlp")
+    try:
+        sublayer = find_sublayer(model, block, "mlp")
+    except ArchitectureError:  # no MLP module: its projections on the block itself (OPT's fc1, fc2), or none
+        sublayer = Sublayer(block, None, block)
     if hasattr(sublayer.module, "experts"):
         raise ArchitectureError(f"Block {index}, before the removed blocks, is a mixture of experts: its MLP output is a "
                                 "routed sum with no single down-projection to fold into: remove other blocks, or use "
@@ -370,6 +380,16 @@ def fold_target(model: Any, stack: BlockStack, index: int) -> Any:
                                 f"layerprobe knows (looked for {', '.join(DOWN_PROJECTIONS)}): use --method lora or "
                                 "tail.")
     return found
+
+
+def output_scale(model: Any) -> float:
+    """The factor a block applies to its MLP projection's output before adding it (OUTPUT_SCALES; 1.0 for most)."""
+    config, scale = text_config(model), 1.0
+    for name in OUTPUT_SCALES:
+        value = getattr(config, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            scale *= float(value)
+    return scale
 
 
 def weight_is_transposed(linear: Any) -> bool:

@@ -51,16 +51,17 @@ class RunActivations:
 
 
 @contextmanager
-def capturing(projection: Any, first: Any, last: Any, store: RunActivations) -> Iterator[None]:
-    """Hooks that record, per forward, the output of `projection` (m), the input of block `first` and the output of
-    block `last` at every position; the forward stops after `last`."""
+def capturing(projection: Any, first: Any, last: Any, store: RunActivations, scale: float = 1.0) -> Iterator[None]:
+    """Hooks that record, per forward, what the block adds through `projection` (m: its output times `scale`, the
+    block's own factor, models/layers.py output_scale), the input of block `first` and the output of block `last` at
+    every position; the forward stops after `last`."""
     import torch
 
     def keep(tensor: Any) -> Any:
         return tensor.detach().reshape(-1, tensor.shape[-1]).float().cpu()  # (batch * seq, d)
 
     def on_projection(module, args, output):
-        store.m.append(keep(output))
+        store.m.append(keep(output) * scale)
 
     def on_first(module, args, kwargs):
         hidden = args[0] if args else kwargs["hidden_states"]
@@ -77,10 +78,11 @@ def capturing(projection: Any, first: Any, last: Any, store: RunActivations) -> 
         yield
 
 
-def collect(model: Any, projection: Any, first: Any, last: Any, batches: Any, device: str) -> RunActivations:
+def collect(model: Any, projection: Any, first: Any, last: Any, batches: Any, device: str,
+            scale: float = 1.0) -> RunActivations:
     """Run the calibration batches (full packed sequences, (batch, seq) each) through the model up to block `last`."""
     store = RunActivations()
-    with capturing(projection, first, last, store):
+    with capturing(projection, first, last, store, scale):
         for ids in batches:
             try:
                 model(input_ids=ids.to(device), use_cache=False)

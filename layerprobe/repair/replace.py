@@ -13,10 +13,11 @@ from layerprobe.errors import NumericsError
 from layerprobe.evaluation.taskfree import Original, finish, metric_sum
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture, produced_inside, replay_from
-from layerprobe.models.layers import BlockStack, find_blocks, fold_target
+from layerprobe.models.layers import BlockStack, find_blocks, fold_target, output_scale
 from layerprobe.models.replacement import collect, contiguous_runs, cosine_loss, fit_cosine, fit_lstsq, fold
 from layerprobe.models.surgery import removed_layers, tail_only
 from layerprobe.progress import Progress, silent
+from layerprobe.repair.verify import verify_folds
 
 
 def fold_targets(model: Any, stack: BlockStack, ids: list[int]) -> list[Any]:
@@ -32,6 +33,7 @@ class Repair:
     transforms: dict = field(default_factory=dict)
     rows: list = field(default_factory=list)
     seconds: float = 0.0
+    fold_difference: float = 0.0  # merged vs fitted logits on held-out positions, relative (repair/verify.py)
 
 
 def _mse(made: Any, x_out: Any) -> float:
@@ -78,16 +80,19 @@ def cosine_warning(rows: list[dict], lr: float) -> str | None:
 
 
 def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, method: str, ridge: float,
-           steps: int, lr: float, device: str, progress: Progress) -> Repair:
-    """Fit and fold one map per removed run of `ids` into `model` (its blocks all present; the full `stack`)."""
+           steps: int, lr: float, device: str, progress: Progress, *, teacher: Any, heldout: list) -> Repair:
+    """Fit and fold one map per removed run of `ids` into `model` (its blocks all present; the full `stack`), then
+    verify the folds against `teacher` (the same weights, unfolded) on the first `heldout` batch: an
+    ArchitectureError where they are not exact (repair/verify.py)."""
     runs, done, result = contiguous_runs(ids), [], Repair()
     targets = fold_targets(model, stack, ids)
+    scale = output_scale(model)
     names = {id(m): n for n, m in model.named_modules()}
     progress("replaced runs", 0, len(runs))
     for number, ((first, last), projection) in enumerate(zip(runs, targets)):
         clock = time.perf_counter()
         with removed_layers(model, done, stack):
-            acts = collect(model, projection, stack.blocks[first], stack.blocks[last], calibration, device)
+            acts = collect(model, projection, stack.blocks[first], stack.blocks[last], calibration, device, scale)
         T, numbers = fit_run(method, acts, ridge, steps, lr)
         fold(projection, T)
         label = ranges_label(list(range(first, last + 1)))
@@ -98,6 +103,8 @@ def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, meth
                             **numbers, "seconds": round(seconds, 3)})
         done += range(first, last + 1)
         progress("replaced runs", number + 1, len(runs))
+    result.fold_difference = verify_folds(teacher, model, stack.path, ids, list(result.transforms.values()),
+                                          heldout[:1], device, method)
     return result
 
 

@@ -12,7 +12,8 @@ from typing import Any
 from layerprobe.errors import RunError, check_path
 from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import conflicts, describe, findings
-from layerprobe.runs.folder import (atomic_write_bytes, atomic_write_text, check_file_owned, record_written,
+from layerprobe.runs.folder import (atomic_write_bytes, atomic_write_text, check_file_owned, check_out_apart,
+                                    record_written,
                                     save_figure)
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
@@ -207,6 +208,8 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
         check_path(out, "--out")
     skipped: list = []  # unfinished or unreadable runs below a folder given: left out, each named with its reason
     runs = [run for path in paths for run in find_runs(path, skipped=skipped).values()]
+    if out is not None:  # into a run it reads (report --out RUN), never inside one (RUN/merged)
+        check_out_apart(out, {f"the run folder '{run.label}'": run.folder for run in runs}, may_be=True)
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
     if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it

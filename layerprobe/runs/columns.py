@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layerprobe.registry import Registry
+
 
 @dataclass(frozen=True)
 class Column:
@@ -72,7 +74,7 @@ class Table:
     same_as: str | None = None  # the file whose section lists these columns: this one gets no section
 
 
-TABLES: dict[str, Table] = {}  # CSV file -> its Table, filled by layerprobe.commands.register from the commands'
+TABLES: dict[str, Table] = Registry("CSV table")  # CSV file -> its Table, filled by layerprobe.commands.register from the commands'
 # records (a record may give a file's columns alone), in registration order (docs/outputs.md's)
 
 

@@ -10,12 +10,13 @@ import io
 import json
 import os
 import re
+import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
 from layerprobe.errors import RunError, article, first_line
-from layerprobe.files import FILE_MODE, publishing, temp_file
+from layerprobe.files import FILE_MODE, PARTIAL_MARK, publishing, temp_file
 
 T = TypeVar("T")
 
@@ -190,6 +191,49 @@ def check_owned(folder: Path, command: str, flag: str) -> None:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise RunError(f"{flag}: '{folder}' holds '{foreign[0]}'{more}, which layerprobe did not write: move it away "
                        "or pass another --out; layerprobe never replaces files it did not write.")
+
+
+def check_out_apart(out: str | Path, inputs: dict[str, Any], may_be: bool = False) -> None:
+    """A command never writes where it reads: --out (resolved, through any symbolic link) is none of `inputs` (what
+    the message calls it -> a path, None skipped), not inside one, and holds none (with --overwrite it would be
+    replaced). `may_be`: --out may be an input itself (report writes its page into a run it reads), not inside it."""
+    target = Path(out).expanduser().resolve()
+    for what, path in inputs.items():
+        if path is None or not Path(path).expanduser().exists():
+            continue
+        source = Path(path).expanduser().resolve()
+        if target == source and may_be:
+            continue
+        relation = ("is" if target == source else "is inside" if source in target.parents else
+                    "holds" if target in source.parents and not may_be else None)
+        if relation:
+            raise RunError(f"--out '{out}' {relation} {what} '{path}' (resolved: '{source}'): a command never "
+                           "writes where it reads; pass another --out.")
+
+
+def enclosing_run(path: str | Path) -> Path | None:
+    """The layerprobe run folder `path` lies inside (a parent holding summary.json and manifest.json, or a run's
+    lock), or None: an export written there would replace part of that run (a heal run's merged/)."""
+    for parent in Path(path).expanduser().resolve().parents:
+        if ((parent / "summary.json").is_file() and (parent / "manifest.json").is_file()) or (parent / LOCK).is_file():
+            return parent
+    return None
+
+
+def clear_replaced(folder: Path, files: set[str]) -> None:
+    """--overwrite: every file the replaced run listed (its manifest's "files", or its lock's), and only those, is
+    removed before the new run writes, with the folders that leaves empty inside `folder`; a listed name outside
+    `folder` (a record edited by hand: '../x') is never touched."""
+    root = folder.resolve()
+    for name in sorted(files):
+        target = folder / name
+        if name == LOCK or root not in target.resolve().parents or not (target.is_file() or target.is_symlink()):
+            continue
+        target.unlink()
+        parent = target.parent
+        while parent.resolve() != root and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
 
 
 def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
@@ -428,11 +472,20 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                 path = _redirect(out)
             if command is not None and (overwrite or resume):
                 check_owned(path, command, "--resume" if resume else "--overwrite")
+            replaced = written_by(path)[1] if overwrite and not resume and path.is_dir() else None
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path, command, run_files(path)):
+                if replaced:  # claimed, so no other process writes here: the replaced run's files go first
+                    clear_replaced(path, replaced)
+                    _claim(path, command, run_files(path))  # the lock names what is left (nothing of the old run)
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
+                    for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
+                        mark = leftover.with_name(leftover.name + PARTIAL_MARK)
+                        if leftover.is_dir() and mark.is_file():
+                            shutil.rmtree(leftover, ignore_errors=True)
+                            mark.unlink(missing_ok=True)
                     for leftover in path.glob(".*.tmp"):
                         if not leftover.name.startswith(LOCK + "."):  # a contender's lock, being taken now
                             leftover.unlink(missing_ok=True)

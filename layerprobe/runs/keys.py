@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from layerprobe.registry import Registry
+
 
 @dataclass(frozen=True)
 class Key:
@@ -53,4 +55,4 @@ CORPUS = (
     Key("seq_len", I, "packed sequence length in use"),
 )
 
-SUMMARIES: dict[str, tuple[Key, ...]] = {}  # command -> its keys, in registration order (docs/outputs.md's order)
+SUMMARIES: dict[str, tuple[Key, ...]] = Registry("summary record")  # command -> its keys, in registration order (docs/outputs.md's order)

@@ -16,6 +16,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from layerprobe.registry import Registry
+
 
 @dataclass(frozen=True)
 class Tolerance:
@@ -45,6 +47,7 @@ class Kind:
     # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
     tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
+    reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function an attribute holds, imported first where it is named as 'module:function'."""
@@ -74,4 +77,4 @@ def tolerance_help() -> str:
     return f"KEY=VALUE, repeatable: {keys}."
 
 
-KINDS: dict[str, Kind] = {}  # command -> its Kind, filled by layerprobe.commands.register from the records
+KINDS: dict[str, Kind] = Registry("run kind")  # command -> its Kind, filled by layerprobe.commands.register from the records

@@ -10,6 +10,7 @@ from layerprobe.errors import RunError, check_path, first_line
 from layerprobe.runs.columns import TABLES
 from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json
 from layerprobe.runs.kinds import KINDS, Kind
+from layerprobe.runs.schema import check_read_summary
 
 
 @dataclass
@@ -54,6 +55,48 @@ def _columns(table: str, what: str) -> tuple[str, ...]:
     return tuple(c.name for c in (TABLES[table].columns if table in TABLES else ()) if getattr(c, what))
 
 
+def read_table(csv: Path, finite: bool = True, dtype: dict | None = None) -> Any:
+    """Every CSV layerprobe reads back (a run's tables, samples.csv.gz), read and checked in this one place: a file
+    that is not gzip where its name says so, a gzip cut short, text that is no CSV, and what check_table refuses
+    are one line naming the file (and the row and column where there is one), never a traceback."""
+    import gzip
+    import zlib
+
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(csv, dtype=dtype)  # compression from the name (.gz)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise RunError(f"'{csv}' is not a whole gzip file ({first_line(exc)}): cut off by a copy or a full disk, or "
+                       "not written by layerprobe; re-run the command, or restore the file.") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise RunError(f"'{csv}' is not a readable CSV ({first_line(exc)}): re-run the command, or restore the "
+                       "file.") from None
+    except ValueError as exc:  # a dtype the text cannot take
+        raise RunError(f"'{csv}' does not hold the columns layerprobe wrote ({first_line(exc)}): re-run the "
+                       "command, or restore the file.") from None
+    check_table(csv, table, finite)
+    return table
+
+
+def _first_row(mask: Any) -> int:
+    """The 1-based data row (the header not counted) of the first True in `mask`."""
+    return int(mask.to_numpy().nonzero()[0][0]) + 1
+
+
+def check_numbers(csv: Path, table: Any, columns: Any) -> None:
+    """Each of `columns` the table has holds numbers (or nothing): else one line naming the row and column."""
+    import pandas as pd
+
+    for column in columns:
+        if column in table.columns and not pd.api.types.is_numeric_dtype(table[column]):
+            values = table[column]
+            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+            row = _first_row(bad) if bad.any() else 1
+            raise RunError(f"'{csv}' row {row}, column {column}: {str(values.iloc[row - 1])[:30]!r} is not a number: "
+                           "re-run the command, or restore the file.")
+
+
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
     cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows and the
@@ -63,7 +106,7 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     with open(csv, "rb") as handle:
         handle.seek(max(csv.stat().st_size - 1, 0))
         last = handle.read(1)
-    if last != b"\n":
+    if last != b"\n" and csv.suffix != ".gz":  # a gzip's own trailer catches a cut (read_table)
         raise RunError(f"'{csv}' ends inside a row (cut off by a copy or a full disk): re-run the command, or "
                        "restore the file.")
     if table.empty:
@@ -75,15 +118,14 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     import numpy as np
     import pandas as pd
 
-    for column in _columns(csv.name, "number"):
-        if column in table.columns and not pd.api.types.is_numeric_dtype(table[column]):
-            raise RunError(f"'{csv}' has a value in {column} that is not a number: re-run the command, or restore "
-                           "the file.")
+    check_numbers(csv, table, _columns(csv.name, "number"))
     keys = [k for k in _columns(csv.name, "key") if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
-        row = table[table.duplicated(subset=keys)].iloc[0]
+        twice = table.duplicated(subset=keys)
+        row = table[twice].iloc[0]
         where = ", ".join(f"{k}={row[k]}" for k in keys)
-        raise RunError(f"'{csv}' holds the row ({where}) twice: re-run the command, or restore the file.")
+        raise RunError(f"'{csv}' row {_first_row(twice)} repeats the row ({where}) (columns {', '.join(keys)}): "
+                       "re-run the command, or restore the file.")
     for column in _columns(csv.name, "always") if finite else ():
         values = table[column] if column in table.columns else None
         numeric = values is not None and pd.api.types.is_numeric_dtype(values)
@@ -99,8 +141,6 @@ def is_run(folder: Path) -> bool:
 def load_run(folder: str | Path, finite: bool = True) -> Run:
     """A finished run, or a RunError naming what is wrong with the folder (check_table: whole tables; `finite`:
     no NaN where a number is always measured)."""
-    import pandas as pd
-
     check_path(folder, "load_run's folder")
     path = Path(folder)
     if path.exists() and not path.is_dir():
@@ -119,6 +159,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     command = summary.get("command")
     if command not in KINDS:
         raise RunError(f"'{folder}/summary.json' names no known command ({command!r}): re-run the command.")
+    check_read_summary(path / "summary.json", command, summary, KINDS[command].reads)
     tables = {}
     for name, required in KINDS[command].tables:
         csv = path / name
@@ -126,11 +167,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
             if required:
                 raise RunError(f"Run '{folder}' is incomplete: {name} is missing. Re-run the command (or --resume).")
             continue
-        try:
-            tables[csv.stem] = pd.read_csv(csv)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise RunError(f"'{csv}' is not a readable CSV ({first_line(exc)}): re-run the command.") from None
-        check_table(csv, tables[csv.stem], finite)
+        tables[csv.stem] = read_table(csv, finite)
     return Run(path, command, summary, manifest, tables)
 
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, first_line
 from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_owned, check_same_settings, read_json, write_csv,
                                     write_json)
 from layerprobe.settings import RESOLVED  # identity keys of what a setting came to on the machine (Mark.resolved)
@@ -46,6 +46,10 @@ def resume_state(folder: Path, command: str, config: Any) -> str:
     if saved is not None:
         saved = {k: v for k, v in saved.items() if not k.startswith(RESOLVED) and k != "sums"}
         check_same_settings(folder, saved, now)
+    from layerprobe.evaluation import records
+
+    records.read_frame(folder)  # a damaged records file is one line now, before the folder is claimed: a finished
+    # run refused here stays finished (not locked as unfinished by the failed resume)
     return "finished" if finished else "unfinished"
 
 
@@ -84,7 +88,11 @@ class Ledger:
             self.state = read_json(state_file)
             check_same_settings(folder, self.state.get("identity", {}), self.identity)
             if self.csv.exists():
-                table = pd.read_csv(self.csv)
+                try:
+                    table = pd.read_csv(self.csv)
+                except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+                    raise RunError(f"'{self.csv}' is not a readable CSV ({first_line(exc)}): restore it, or run "
+                                   "again without --resume.") from None
                 # a row cut off (by a copy, a full disk) has empty values: dropped, so its variant is scored again
                 whole = table.dropna(subset=[c for c in ("removed", "metric", "pruned", "delta") if c in table])
                 self.rows = whole.to_dict("records")

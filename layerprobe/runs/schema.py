@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerprobe.errors import RunError
+from layerprobe.errors import RunError, article
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, SUMMARIES, Key  # noqa: F401 (the names a record builds on)
 
 SCHEMA_VERSION = 1  # bumped when a key changes meaning or goes; new keys keep the version
@@ -42,6 +42,23 @@ def check_tables(command: str, tables: dict[str, Any]) -> None:
             what = f"{stem}.csv, which no record declares" if table is None else f"{stem}.csv's {undeclared}"
             raise RunError(f"The {command} run would write {what}: please report this; each file and column a run "
                            f"writes is declared in its command's record (a Table or Column).")
+
+
+def check_read_summary(path: Any, command: str, summary: dict, reads: tuple[str, ...] = ()) -> None:
+    """A summary.json read back holds the keys its readers index (`reads`, the command's Kind.reads) and every
+    declared key it has is of its declared type: else one line naming the file and the key. Keys added since an
+    older run was written may be absent (the committed runs lack some); keys this version does not declare (a newer
+    layerprobe's) are left alone."""
+    keys = {key.name: key for key in SUMMARIES.get(command, ())}
+    missing = [k for k in reads if k not in summary]
+    wrong = [k for k, v in summary.items() if k in keys and not _fits(v, keys[k])]
+    if missing or wrong:
+        key = (missing or wrong)[0]
+        what = (f"lacks the key '{key}'" if missing else
+                f"has '{key}' = {str(summary[key])[:30]}, not {'/'.join(t.__name__ for t in keys[key].types)}")
+        meaning = f" ({keys[key].meaning[:60]})" if key in keys else ""
+        raise RunError(f"'{path}' {what}{meaning}: it is damaged or not {article(command)} {command} summary; re-run "
+                       "the command, or restore the file.")
 
 
 def _fits(value: Any, key: Key) -> bool:

@@ -69,6 +69,9 @@ def test_precedence_for_every_project_setting(path):
 
     def given(value):
         out: dict = {"model": {}, "data": {}}
+        rule = mark_of(f).applies  # a setting that applies only with some task: given where it does
+        if rule and rule[1] == "not":
+            out[rule[0]] = "hellaswag"
         *groups, last = path.split(".")
         (out[groups[0]] if groups else out)[last] = value
         return out

@@ -24,6 +24,7 @@ from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal
 from layerprobe.commands.probe import open_probe, preflight, refuse_ranges_early
 from layerprobe.config import HEAL_METHODS, REPLACEMENTS, HealConfig
 from layerprobe.errors import ConfigError
+from layerprobe.evaluation.variants import ranges_label
 from layerprobe.models.layers import find_blocks, is_encoder
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
@@ -37,7 +38,8 @@ from layerprobe.repair.replace import cosine_warning, fold_targets, paired_score
 from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.commands.heal import REPLACE
 from layerprobe.runs.columns import names
-from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir, write_csv
+from layerprobe.runs.folder import (abandons_on_error, check_out_apart, check_owned, model_label, prepare_run_dir,
+                                    write_csv)
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.write import RunResult, write_run
@@ -75,6 +77,12 @@ def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
     if config.remove:
         return spec, config.remove, None
     record = read_removal(exported)  # one line naming the file and the key, never a traceback
+    if isinstance(record.get("healing"), dict):  # a heal run's merged/: its record names the unhealed original
+        raise ConfigError(f"'{spec}' is already healed: the merged/ checkpoint of a heal run (--method "
+                          f"{record['healing'].get('method')}) of '{record.get('source_model')}' without "
+                          f"{ranges_label(record['removed'])}; its record would re-heal that original from scratch. "
+                          f"Heal the original again with `layerprobe heal {record.get('source_model')} --remove "
+                          f"{ranges_label(record['removed'])}`, or evaluate the healed checkpoint as it is.")
     if record["part"] != "block":
         raise ConfigError(f"'{spec}' zeroed {record['part']} sub-layers; heal heals removed blocks: export with "
                           "--part block.")
@@ -135,7 +143,8 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
 
     stack = find_blocks(student, probe.stack.path)
     repaired = repair(student, stack, ids, list(data.train), config.method, config.ridge, config.cosine_steps,
-                      config.cosine_lr, probe.device, progress)
+                      config.cosine_lr, probe.device, progress, teacher=probe.model,
+                      heldout=data.heldout)
     write_transforms(folder / TRANSFORM_FILE, repaired.transforms, {"method": config.method, "ridge": config.ridge})
     write_csv(folder / "replace.csv", pd.DataFrame(repaired.rows, columns=names(REPLACE)))
     cosine = config.method == "cosine"
@@ -176,6 +185,8 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     _checks(config)
     spec, remove, record = removal_source(config)
     out = Path(COMMAND.out(config, spec))
+    check_out_apart(out, {"the model": spec if spec and Path(spec).is_dir() else None,
+                          "the --from-curve run": config.from_curve})
     if config.resume:
         check_resume(out, "heal", config)
     elif config.overwrite:  # refused before the model loads, not after

@@ -68,7 +68,7 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
     sequences: dict = {}
     if settings.method in REPLACEMENTS:
         repair(student, stack, ids, list(data.train), settings.method, settings.ridge, settings.cosine_steps,
-               settings.cosine_lr, probe.device, lambda *a: None)
+               settings.cosine_lr, probe.device, lambda *a: None, teacher=probe.model, heldout=data.heldout)
         with removed_layers(student, ids, stack):
             ppl, kl = heldout_scores(Models(student, probe.model, probe.device), data, sequences)
         value = float(ppl if metric == "ppl" else kl)

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.prune.outputs import write_prune_outputs
-from layerprobe.config import DataOptions, ModelOptions, PruneConfig
+from layerprobe.config import PruneConfig
 from layerprobe.errors import ConfigError, RunError, article, check_path
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
+from layerprobe.runs.folder import abandons_on_error, check_out_apart, prepare_run_dir
 from layerprobe.runs.read import load_run
-from layerprobe.settings import identity
+from layerprobe.settings import from_saved, identity
 
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
 COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
@@ -87,6 +87,16 @@ def _baselines(run: Any) -> dict[str, float]:
     return {str(m): float(v) for m, v in table.groupby("metric", sort=True)["baseline"].first().items()}
 
 
+def _saved_config(run: Any, overwrite: bool, formats: tuple[str, ...] | None) -> PruneConfig:
+    """A shard's settings as its manifest.json saved them, for the merged run: one line where they are missing or
+    name a setting this version does not know."""
+    settings, where = run.manifest.get("config"), run.folder / "manifest.json"
+    if not isinstance(settings, dict):
+        raise RunError(f"'{where}' has no settings (its 'config' is {type(settings).__name__}): re-run that shard.")
+    return from_saved(PruneConfig, settings, str(where), shard=None, resume=False, overwrite=overwrite,
+                      formats=tuple(formats or settings.get("formats") or ("png",)))
+
+
 def default_out(first: Path) -> Path:
     """reports/m/prune-mmlu-shard-1-of-4 -> reports/m/prune-mmlu (the folder an unsharded sweep writes)."""
     stem = re.sub(r"-shard-\d+-of-\d+(-\d{8}-\d{6}(-\d+)?)?$", "", first.name)
@@ -109,27 +119,27 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
         check_path(folder, "merge's shard folder")
     if out is not None:
         check_path(out, "merge's --out")
+    if out is not None:
+        check_out_apart(out, {f"the shard folder #{n}": f for n, f in enumerate(folders, 1)})
     runs = [load_run(f) for f in folders]
     count = _check_slices(runs)
     runs.sort(key=lambda r: r.summary["shard"]["index"])
+    configs = [_saved_config(run, overwrite, formats) for run in runs]  # every shard's, so each unknown is named
     _check_same_sweep(runs)
-    first = runs[0]
-    settings = dict(first.manifest["config"])
-    config = PruneConfig(**{**settings, "model": ModelOptions(**settings["model"]), "data": DataOptions(**settings["data"]),
-                            "shard": None, "resume": False, "overwrite": overwrite,
-                            "formats": tuple(formats or settings.get("formats") or ("png",))})
+    first, config = runs[0], configs[0]
+    shard_records, dropped = _records(runs)  # read (and checked) before the folder is claimed
     config.out = str(Path(out) if out else default_out(first.folder))
     folder = prepare_run_dir(config.out, overwrite, command="prune")
     rows = [row for run in runs for row in run.tables["prune"].to_dict("records")]
     facts = {k: v for k, v in first.summary.items() if k not in COMPUTED}
     if all(isinstance(run.summary.get("prefix_cache"), dict) for run in runs):
         facts["prefix_cache"] = summed_prefix_cache([run.summary["prefix_cache"] for run in runs])
-    warnings = list(dict.fromkeys(w for run in runs for w in run.summary.get("warnings", [])))
+    warnings = list(dict.fromkeys([*(w for run in runs for w in run.summary.get("warnings", [])), *dropped]))
     seconds = sum(float(run.summary.get("seconds") or 0.0) for run in runs)
     merged = {"merged_from": [str(run.folder) for run in runs], "shards": count}
     return write_prune_outputs(folder, rows, config, facts, first.summary["higher_is_better"],
                                min(run.manifest.get("started", "") for run in runs), seconds, warnings, merged,
-                               records=_records(runs))
+                               records=shard_records)
 
 
 def summed_prefix_cache(shards: list[dict]) -> dict:
@@ -138,13 +148,18 @@ def summed_prefix_cache(shards: list[dict]) -> dict:
     return shards[0] | {k: sum(s.get(k) or 0 for s in shards) for k in SUMMED if k in shards[0]}
 
 
-def _records(runs: list) -> list[dict] | None:
-    """The shards' records as one sweep's: the unpruned model's rows once (the first shard's), every shard's
-    variants; None when a shard has none (written before records existed)."""
+def _records(runs: list) -> tuple[list[dict] | None, list[str]]:
+    """(the shards' records as one sweep's: the unpruned model's rows once (the first shard's), every shard's
+    variants; None when a shard has none (written before records existed, or lost), the warning saying so where
+    others have them: the merged run then has no paired intervals)."""
     from layerprobe.evaluation import records
 
     found = [records.read(run.folder) for run in runs]
     if any(not rows for rows in found):
-        return None
+        lacking = [str(run.folder) for run, rows in zip(runs, found) if not rows]
+        said = ([f"merge: {', '.join(repr(f) for f in lacking)} holds no per-document records ({records.FILE}), so "
+                 "the merged run has none and no paired intervals (delta_lo, delta_hi, significant): restore that "
+                 "file, or re-run the shard, and merge again."] if len(lacking) < len(runs) else [])
+        return None, said
     unpruned = [r for r in found[0] if r["removed"] == records.UNPRUNED]
-    return unpruned + [r for rows in found for r in rows if r["removed"] != records.UNPRUNED]
+    return unpruned + [r for rows in found for r in rows if r["removed"] != records.UNPRUNED], []

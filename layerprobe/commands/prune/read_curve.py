@@ -169,4 +169,22 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
+        for column in HEALED_NUMBERS:  # a healed curve's numbers too: never left unread
+            if column in a.columns or column in b.columns:
+                into.checks.append(_healed_check(name, row, other, column, strategy, k, limit))
     into.notes += noise.detectable(name)
+
+
+HEALED_NUMBERS = ("healed_score", "healed_delta", "heal_change")  # curve.csv's numbers after --heal
+
+
+def _healed_check(name: str, row: Any, other: Any, column: str, strategy: str, k: Any, limit: float) -> Check:
+    """One healed number of a (strategy, k) within the curve's limit; present in one run only, or NaN in one, fails."""
+    import math
+
+    old, new = float(row.get(column, math.nan)), float(other.get(column, math.nan))
+    if math.isnan(old) and math.isnan(new):
+        return Check(name, f"curve {row['metric']} {column}", f"{strategy} k={k}", old, new, 0.0, limit, False)
+    delta = new - old
+    return Check(name, f"curve {row['metric']} {column}", f"{strategy} k={k}", old, new, delta, limit,
+                 math.isnan(delta) or outside(old, new, delta, limit))

@@ -1,0 +1,145 @@
+"""Every record read as input is checked in one reader (issue 47, rule 3): each kind of damage to samples.csv.gz, in
+each command that reads it (compare, merge, prune --curve --resume), is one line naming the file and, where there is
+one, the row and column; a finished curve refused so stays finished; a shard manifest from a newer version names its
+unknown setting; a summary without a key its readers index is one line; a planted partial folder is layerprobe's to
+remove only when it carries layerprobe's mark."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import DEMO_REFERENCE, assert_error, invoke
+from tests.test_hardening_round4 import TINY
+
+CURVE = ["--task", "kl", "--curve", "--strategies", "last", "--max-removed", "2", *TINY]
+
+
+def lines(path: Path) -> list[str]:
+    return gzip.decompress(path.read_bytes()).decode().splitlines()
+
+
+def put(path: Path, rows: list[str]) -> None:
+    path.write_bytes(gzip.compress(("\n".join(rows) + "\n").encode()))
+
+
+def _drop_column(path: Path, name: str) -> None:
+    rows = [row.split(",") for row in lines(path)]
+    at = rows[0].index(name)
+    put(path, [",".join(r[:at] + r[at + 1:]) for r in rows])
+
+
+def _non_number(path: Path, name: str) -> None:
+    rows = [row.split(",") for row in lines(path)]
+    at = rows[0].index(name)
+    rows[1][at] = "abc"
+    put(path, [",".join(r) for r in rows])
+
+
+DAMAGE = {  # how -> (damage the file, what the one line says)
+    "not gzip": (lambda p: p.write_text("removed,task,doc_id\n"), "not a whole gzip file"),
+    "half-cut gzip": (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a whole gzip file"),
+    "duplicated row": (lambda p: put(p, [*lines(p), lines(p)[1]]), "repeats the row"),
+    "missing column": (lambda p: _drop_column(p, "doc_id"), "lacks the column 'doc_id'"),
+    "non-number": (lambda p: _non_number(p, "total"), "row 1, column total"),
+}
+
+
+@pytest.fixture(scope="module")
+def made(model_dirs, tmp_path_factory) -> dict[str, Path]:
+    """A finished tiny curve and the two shards of a tiny prune sweep, each with per-document records."""
+    root = tmp_path_factory.mktemp("made")
+    model = str(model_dirs["llama"])
+    assert invoke("prune", model, *CURVE, "--out", root / "curve").exit_code in (0, 1)
+    for k in (1, 2):
+        result = invoke("prune", model, "--task", "kl", *TINY, "--shard", f"{k}/2", "--out", root / f"shard-{k}")
+        assert result.exit_code in (0, 1), result.output
+    assert all((root / name / "samples.csv.gz").is_file() for name in ("curve", "shard-1", "shard-2"))
+    return {"curve": root / "curve", "shard-1": root / "shard-1", "shard-2": root / "shard-2", "model": Path(model)}
+
+
+def reading(reader: str, made: dict, tmp_path: Path) -> tuple[Path, list]:
+    """(the folder whose records get damaged, the command that then reads them)."""
+    if reader == "compare":
+        damaged = tmp_path / "new"
+        shutil.copytree(made["curve"], damaged)
+        return damaged, ["compare", made["curve"], damaged]
+    if reader == "merge":
+        damaged = tmp_path / "shard-2"
+        shutil.copytree(made["shard-2"], damaged)
+        return damaged, ["merge", made["shard-1"], damaged, "--out", tmp_path / "merged"]
+    damaged = tmp_path / "curve"
+    shutil.copytree(made["curve"], damaged)
+    return damaged, ["prune", made["model"], *CURVE, "--out", damaged, "--resume"]
+
+
+@pytest.mark.parametrize("how", list(DAMAGE))
+@pytest.mark.parametrize("reader", ["compare", "merge", "curve --resume"])
+def test_every_damage_to_the_records_is_one_line_in_every_reader(made, tmp_path, reader, how):
+    damaged, args = reading(reader, made, tmp_path)
+    damage, says = DAMAGE[how]
+    damage(damaged / "samples.csv.gz")
+    result = invoke(*args)
+    assert_error(result, says)
+    assert "samples.csv.gz" in result.output
+    assert not (damaged / ".layerprobe.lock").exists()  # a finished run refused stays finished, never locked
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_shard_from_a_newer_version_names_its_unknown_setting(made, tmp_path):
+    shard = tmp_path / "shard-2"
+    shutil.copytree(made["shard-2"], shard)
+    manifest = json.loads((shard / "manifest.json").read_text())
+    manifest["config"]["future_knob"] = 3
+    manifest["config"]["data"]["future_data_knob"] = 1
+    (shard / "manifest.json").write_text(json.dumps(manifest))
+    result = invoke("merge", made["shard-1"], shard, "--out", tmp_path / "merged")
+    assert_error(result, "future_knob, data.future_data_knob")
+    assert "newer layerprobe" in result.output
+
+
+def test_merge_says_when_a_shards_missing_records_drop_the_intervals(made, tmp_path):
+    shard = tmp_path / "shard-2"
+    shutil.copytree(made["shard-2"], shard)
+    (shard / "samples.csv.gz").unlink()
+    manifest = json.loads((shard / "manifest.json").read_text())
+    manifest["files"].remove("samples.csv.gz")
+    (shard / "manifest.json").write_text(json.dumps(manifest))
+    result = invoke("merge", made["shard-1"], shard, "--out", tmp_path / "merged")
+    assert result.exit_code in (0, 1), result.output
+    summary = json.loads((tmp_path / "merged" / "summary.json").read_text())
+    assert any("no per-document records" in w and "no paired intervals" in w for w in summary["warnings"])
+    assert "no per-document records" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("folder, key", [("prune-drift", "metric"), ("angular", "num_layers")])
+def test_a_summary_without_a_key_its_readers_need_is_one_line(tmp_path, folder, key):
+    run = tmp_path / folder
+    shutil.copytree(DEMO_REFERENCE / folder, run)
+    summary = json.loads((run / "summary.json").read_text())
+    if folder == "prune-drift":
+        del summary[key]
+        says = f"lacks the key '{key}'"
+    else:
+        summary[key] = "four"
+        says = f"has '{key}' = four"
+    (run / "summary.json").write_text(json.dumps(summary))
+    assert_error(invoke("report", run, "--out", tmp_path / "page"), says)
+
+
+def test_a_resume_removes_only_its_own_partial_folder(made, tmp_path):
+    run = tmp_path / "curve"
+    shutil.copytree(made["curve"], run)
+    ours, planted = run / ".merged.partial-ab12cd34", run / ".merged.partial-mine"
+    for folder in (ours, planted):
+        folder.mkdir()
+        (folder / "weights.bin").write_bytes(b"x")
+    ours.with_name(ours.name + ".layerprobe").write_text("layerprobe\n")  # what files.publishing leaves beside it
+    result = invoke("prune", made["model"], *CURVE, "--out", run, "--resume")
+    assert result.exit_code in (0, 1), result.output
+    assert not ours.exists() and not ours.with_name(ours.name + ".layerprobe").exists()
+    assert (planted / "weights.bin").read_bytes() == b"x"

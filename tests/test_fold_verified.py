@@ -1,0 +1,131 @@
+"""A fold is verified, not assumed (issue 47, rule 1): for every causal family of the architecture matrix (and
+Granite, whose blocks scale the MLP output by residual_multiplier after the projection), heal's training-free repair
+either folds exactly (checked here by hand on the residual stream: the merged block's output equals the unfolded
+block's output - r y + r y T, r read from the config by hand) or refuses with one line; a scale or a Post-LN norm
+the architecture table does not know is refused by the fold's own check, naming the architecture."""
+
+from __future__ import annotations
+
+import copy
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import transformers
+
+from layerprobe.errors import ArchitectureError
+from layerprobe.hooks import block_hidden
+from layerprobe.models import layers
+from layerprobe.models.layers import find_blocks, fold_target
+from layerprobe.models.surgery import removed_layers
+from layerprobe.progress import silent
+from layerprobe.repair.replace import repair
+from layerprobe.repair.verify import FOLD_NOISE
+
+from .helpers import assert_error, invoke
+from .test_matrix import DEC, families
+
+VOCAB = 96
+CAUSAL = [name for name, build in families(VOCAB, 1, 2).items() if build()[1] == "causal"]
+# by hand from each config: what a block multiplies its MLP projection's output by before the residual add
+SCALE = {"granite": 0.5}
+
+
+def build(family: str, vocab: int = VOCAB):
+    if family == "granite":
+        config = transformers.GraniteConfig(**DEC, vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                            residual_multiplier=SCALE["granite"])
+    elif family == "opt_post_ln":
+        config = transformers.OPTConfig(vocab_size=vocab, hidden_size=32, ffn_dim=64, num_hidden_layers=4,
+                                        num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=32,
+                                        do_layer_norm_before=False, pad_token_id=0)
+    else:
+        config = families(VOCAB, 1, 2)[family]()[0]
+    torch.manual_seed(0)
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def tokens(seed: int):
+    return torch.randint(3, VOCAB, (2, 16), generator=torch.Generator().manual_seed(seed))
+
+
+def heal_block_2(model):
+    """heal --method lstsq of block 2 on a copy; (the unfolded teacher, the folded student, the Repair)."""
+    teacher, student = model, copy.deepcopy(model)
+    result = repair(student, find_blocks(student), [2], [tokens(1), tokens(2)], "lstsq", 0.0, 0, 0.0, "cpu", silent,
+                    teacher=teacher, heldout=[SimpleNamespace(input_ids=tokens(3))])
+    return teacher, student, result
+
+
+def block_1_output(model, stack, ids, x):
+    """(block 1's output, its MLP projection's output) in `model` without `ids`, on tokens x."""
+    seen = {}
+    handles = [stack.blocks[1].register_forward_hook(lambda m, a, out: seen.__setitem__("h", block_hidden(out))),
+               fold_target(model, stack, 1).register_forward_hook(lambda m, a, out: seen.__setitem__("y", out))]
+    try:
+        with removed_layers(model, ids, stack), torch.no_grad():
+            model(input_ids=x, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen["h"].double(), seen["y"].double().reshape(seen["h"].shape)
+
+
+@pytest.mark.parametrize("family", [*CAUSAL, "granite"])
+def test_every_family_folds_exactly_or_refuses(family):
+    model = build(family)
+    try:
+        teacher, student, result = heal_block_2(model)
+    except ArchitectureError as exc:
+        message = str(exc)
+        assert "\n" not in message and "use --method lora or tail" in message, message
+        assert "--part" not in message
+        return
+    T = next(iter(result.transforms.values()))
+    r = SCALE.get(family, 1.0)
+    x = tokens(4)
+    plain, y = block_1_output(teacher, find_blocks(teacher), [2], x)
+    folded, _ = block_1_output(student, find_blocks(student), [2], x)
+    want = plain - r * y + (r * y) @ T
+    assert torch.allclose(folded, want, atol=1e-4, rtol=1e-4), (family, float((folded - want).abs().max()))
+    assert result.fold_difference < FOLD_NOISE["float32"]
+
+
+@pytest.mark.parametrize("family, unknown", [("granite", ("OUTPUT_SCALES", ())),
+                                              ("opt_post_ln", ("POST_LN_FLAGS", {}))])
+def test_what_the_architecture_table_misses_the_fold_check_refuses(family, unknown, monkeypatch):
+    """Granite's scale and OPT's Post-LN flag taken out of layerprobe's table: the fold is not exact, and the check
+    after folding refuses it, naming the architecture, where it would have been saved as repaired."""
+    monkeypatch.setattr(layers, unknown[0], unknown[1])
+    model = build(family)
+    with pytest.raises(ArchitectureError) as caught:
+        heal_block_2(model)
+    message = str(caught.value)
+    assert family.split("_")[0] in message and "differ from the fitted model's" in message, message
+    assert "use --method lora or tail" in message
+
+
+def test_post_ln_opt_is_refused_with_heals_own_options(tmp_path, tokenizer):
+    folder = tmp_path / "opt"
+    build("opt_post_ln", len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = invoke("heal", folder, "--remove", "2", "--method", "lstsq", "--dataset", "builtin", "--tokens", "64",
+                    "--seq-len", "16", "--batch-size", "2", "--device", "cpu", "--no-gain", "--out", tmp_path / "h")
+    assert_error(result, "Post-LN")
+    assert "--method lora or tail" in result.output and "--part" not in result.output
+    assert not (tmp_path / "h").exists()
+
+
+def test_heal_of_a_healed_checkpoint_says_so(model_dirs, tmp_path):
+    """heal of a heal run's merged/ names what it is, and never re-heals the original its record names."""
+    run = tmp_path / "healed"
+    tiny = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+            "--no-gain", "--dtype", "float32"]
+    assert invoke("heal", model_dirs["llama"], "--remove", "2", "--method", "lstsq", *tiny, "--out", run).exit_code == 0
+    result = invoke("heal", run / "merged", "--method", "lstsq", *tiny, "--out", tmp_path / "again")
+    assert_error(result, "already healed")
+    assert str(model_dirs["llama"]) in result.output and "--remove 2" in result.output
+    assert not (tmp_path / "again").exists()
+    record = json.loads((run / "merged" / "layerprobe-removal.json").read_text())
+    assert record["healing"]["method"] == "lstsq"

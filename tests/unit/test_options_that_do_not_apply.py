@@ -1,0 +1,96 @@
+"""One rule for options that do not apply (issue 47, rule 4): every setting of every command whose Mark says when it
+applies, given while it does not, is refused by the CLI's resolution and by the library's call alike, in one line
+naming the option and the setting that makes it idle; from a project file it is left alone. Block ids in any
+spelling are one setting (--resume with --remove 2,3 after 2-3)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from layerprobe.commands import COMMANDS
+from layerprobe.errors import ConfigError
+from layerprobe.settings import check_call, flag_of, identity, mark_of, resolve, walk
+
+CASES = [(name, cls, path, f) for name, cls in {c.name: c.settings for c in COMMANDS.values() if c.settings}.items()
+         for path, f, _ in walk(cls) if mark_of(f) is not None and mark_of(f).applies]
+
+
+def nested(path: str, value) -> dict:
+    head, _, rest = path.partition(".")
+    return {head: nested(rest, value) if rest else value}
+
+
+def merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def other_value(f: dataclasses.Field):
+    """A valid value of `f` other than its default."""
+    mark, default = mark_of(f), f.default
+    if mark.choices:
+        return next(c for c in mark.choices if c != default)
+    if mark.parse == "csv":
+        return ("q_proj",)
+    if isinstance(default, float) or "float" in str(f.type):
+        return (default or 0.25) * 2
+    return (default or 1) + 1
+
+
+def idle_setting(cls: type, rule: tuple) -> dict:
+    """The given values under which a setting with Mark.applies `rule` does nothing."""
+    if rule[1] == "nonzero":
+        return {}  # the default leaves it unset
+    fields = {path: f for path, f, _ in walk(cls)}
+    if rule[1] == "not":
+        return nested(rule[0], rule[2][0])
+    idle = next(c for c in mark_of(fields[rule[0]]).choices if c not in rule[1])
+    return nested(rule[0], idle)
+
+
+def test_the_rule_covers_the_options_the_issue_names():
+    named = {(name, path) for name, _, path, _ in CASES}
+    for case in [("heal", "steps"), ("heal", "lora_rank"), ("prune", "num_fewshot"), ("gradnorm", "monitor_every")]:
+        assert case in named
+
+
+@pytest.mark.parametrize("name, cls, path, f", CASES, ids=[f"{c[0]}:{c[2]}" for c in CASES])
+def test_an_option_that_does_not_apply_is_refused_naming_it(name, cls, path, f):
+    rule = mark_of(f).applies
+    given = merge(idle_setting(cls, rule), nested(path, other_value(f)))
+    with pytest.raises(ConfigError) as caught:
+        resolve(cls, given)
+    message = str(caught.value)
+    assert message.startswith(flag_of(f)) and "does nothing with" in message and "\n" not in message
+    assert f"--{rule[0].split('.')[-1].replace('_', '-')}" in message
+    if not mark_of(f).project:  # the library's call: the same refusal
+        config, _ = resolve(cls, idle_setting(cls, rule))
+        owner = config
+        for part in path.split(".")[:-1]:
+            owner = getattr(owner, part)
+        setattr(owner, f.name, other_value(f))
+        with pytest.raises(ConfigError, match="does nothing with"):
+            check_call(config, cls, name)
+
+
+@pytest.mark.parametrize("name, cls, path, f", CASES, ids=[f"{c[0]}:{c[2]}" for c in CASES])
+def test_from_a_project_file_or_where_it_applies_it_is_taken(name, cls, path, f):
+    rule = mark_of(f).applies
+    if mark_of(f).project:
+        config, sources = resolve(cls, idle_setting(cls, rule), project={f.name: other_value(f)})
+        assert sources[path].startswith("[tool.layerprobe]")
+    if rule[1] not in ("nonzero", "not"):
+        resolve(cls, merge(nested(rule[0], rule[1][0]), nested(path, other_value(f))))
+
+
+def test_block_ids_in_any_spelling_are_one_setting():
+    from layerprobe.config import HealConfig
+
+    spelled = [identity(HealConfig(remove=text))["remove"] for text in ("2-3", "2,3", "3,2", " 2 , 3")]
+    assert spelled == ["2-3"] * 4
+    assert identity(HealConfig, saved={"remove": "2,3,5"})["remove"] == "2-3,5"
+    assert identity(HealConfig(remove="last"))["remove"] == "last"
