@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.errors import NumericsError
-from layerprobe.metrics.decisions import SMALL, newcombe_paired
+from layerprobe.metrics.decisions import MIN_DOCUMENTS, SMALL, newcombe_paired
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
@@ -288,6 +288,8 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
     for metric, rows in table.groupby("metric", sort=False):
         found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups or {})))
     tested = [index for index in found if family == "all" or table.loc[index, "metric"] == main]
+    if main is not None and documents(wide, main) < MIN_DOCUMENTS:
+        tested = []  # too few documents to test: intervals for the ranking, no Holm verdict (family 0)
     flags, ll_flags = (dict(zip(tested, corrected([found[index][k] for index in tested]))) for k in (0, 1))
     size = sum(1 for index in tested if found[index][0].p == found[index][0].p)
     for index, (dp, ll) in found.items():
@@ -299,6 +301,12 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
         table[column] = table[column].astype(bool)
     table["family"] = table["family"].astype(int)
     return pd.DataFrame(table)
+
+
+def documents(wide: Wide, metric: str) -> int:
+    """How many documents the unpruned model's records hold for `metric`'s column."""
+    values = wide.column(statistic(metric)[0])
+    return 0 if values is None or UNPRUNED not in values else int(values[UNPRUNED].notna().sum())
 
 
 def corrected(intervals: list[Interval]) -> list[bool]:

@@ -306,3 +306,13 @@ def test_one_probe_sequence_judges_no_k_on_the_bound_and_says_so():
     text = " ".join(curve_findings(run))
     assert "Too few documents to test (5, fewer than 10): no k is judged at its bound" in text
     assert "Best strategy" not in text
+
+
+def test_the_needed_documents_are_not_claimed_from_too_few_or_below_what_was_scored():
+    from layerprobe.commands.prune.read_curve import _needed
+
+    verdict = {"next_k": 1, "next_needed": 2}
+    assert _needed(verdict, {"documents": 2, "min_documents": 10}) == ""  # too few to test: no count from 2
+    assert _needed(verdict, {"documents": 40, "min_documents": 10}).endswith("would need more than the 40 scored")
+    assert "about 900 documents (against 40 scored)" in _needed({"next_k": 3, "next_needed": 900},
+                                                                {"documents": 40, "min_documents": 10})

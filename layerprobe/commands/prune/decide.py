@@ -38,11 +38,10 @@ def _wide(records: Any) -> Any:
 
 def documents(records: Any, metric: str) -> int:
     """How many documents the unpruned model's records hold for a metric's column (0 without records)."""
-    from layerprobe.evaluation.records import UNPRUNED, statistic
+    from layerprobe.evaluation import records as records_file
 
     wide = _wide(records)
-    values = wide.column(statistic(metric)[0]) if wide is not None else None
-    return 0 if values is None or UNPRUNED not in values else int(values[UNPRUNED].notna().sum())
+    return 0 if wide is None else records_file.documents(wide, metric)
 
 
 def _median_stderr(values: Any) -> float:
@@ -54,6 +53,8 @@ def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
     """{label: {documents, stderr (the median paired stderr over the variants), family, level, power, change}} for
     the metric's dP and, for multiple choice, its gold loglikelihood change."""
     main = table[table["metric"] == metric]
+    if family < 1 and "delta_stderr" in main:  # too few documents to test: the family a test would run over
+        family = int(main["delta_stderr"].notna().sum())
     out = {}
     for label, column in ((metric, "delta_stderr"), ("gold loglikelihood", "loglik_lo")):
         if column not in main or main[column].isna().all():

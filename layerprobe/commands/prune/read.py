@@ -248,19 +248,21 @@ def _by_kind(main: Any, ordered: Any, higher: bool) -> str:
 
 
 def prune_table(run: Run) -> Any:
-    table = run.tables["prune"]
-    main = table[table["metric"] == run.summary["metric"]]
+    table, s = run.tables["prune"], run.summary
+    main = table[table["metric"] == s["metric"]]
     kinds = ["layer_type"] if "layer_type" in main and main["layer_type"].dropna().nunique() > 1 else []
     shown = main[["removed", *kinds, "baseline", "pruned", "delta"]].rename(columns={"delta": "dP", "layer_type": "kind"})
-    if "delta_lo" in main and main["delta_lo"].notna().any():  # the paired interval and Holm's verdict
-        # the interval is each removal's own (uncorrected); Holm's adjusted p says why one that excludes 0 can still
-        # not be measurable once every removal of the sweep is tested
-        adjusted = holm_adjusted(main["p_value"].tolist()) if "p_value" in main else [float("nan")] * len(main)
-        shown = shown.assign(**{"95% interval (uncorrected)": [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else ""
-                                                               for lo, hi in zip(main["delta_lo"], main["delta_hi"])],
-                                "p (Holm-adjusted)": [f"{p:.2g}" if p == p else "" for p in adjusted],
-                                "measurable (Holm)": ["yes" if flag else "" for flag in main["significant"].astype(bool)]})
-    return shown
+    if "delta_lo" not in main or not main["delta_lo"].notna().any():
+        return shown
+    intervals = [f"{lo:+.3g} to {hi:+.3g}" if lo == lo else "" for lo, hi in zip(main["delta_lo"], main["delta_hi"])]
+    if s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0):  # ranked, not tested
+        return shown.assign(**{"95% interval (too few documents to test)": intervals})
+    # the interval is each removal's own (uncorrected); Holm's adjusted p says why one that excludes 0 can still not
+    # be measurable once every removal of the sweep is tested
+    adjusted = holm_adjusted(main["p_value"].tolist()) if "p_value" in main else [float("nan")] * len(main)
+    return shown.assign(**{"95% interval (uncorrected)": intervals,
+                           "p (Holm-adjusted)": [f"{p:.2g}" if p == p else "" for p in adjusted],
+                           "measurable (Holm)": ["yes" if flag else "" for flag in main["significant"].astype(bool)]})
 
 
 def prune_by_depth(run: Run) -> tuple[Any, Any]:

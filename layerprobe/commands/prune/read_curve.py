@@ -55,10 +55,15 @@ def _needed(verdict: dict, s: dict) -> str:
     if "next_k" not in verdict:
         return ""
     k, needed = verdict["next_k"], verdict.get("next_needed")
+    documents = s.get("documents")
+    if documents is not None and documents < (s.get("min_documents") or 0):
+        return ""  # too few to test: said once, and a normal-theory count from 1 or 2 documents means nothing
     if needed is None:
         return f"; k = {k} is within by its point, with no spread to say what its bound would need"
+    if documents is not None and needed <= documents:  # the count is a large-sample one; t needs more than z
+        return f"; k = {k} is within by its point, and its bound would need more than the {documents:,} scored"
     return (f"; k = {k} is within by its point, and its bound would need about {needed:,} documents (against "
-            f"{s.get('documents'):,} scored) if its change and spread held")
+            f"{documents:,} scored) if its change and spread held")
 
 
 def _best(run: Run) -> list[str]:
@@ -159,6 +164,7 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     same_keys(a.index, b.index, "curve.csv (strategies, k)")
     limit = tol["prune"] * max(abs(float(a["baseline"].iloc[0])), float(a["delta"].abs().max()), 1e-12)
     noise = Noise(old, new)
+    healed = [c for c in HEALED_NUMBERS if any(c in t and t[c].notna().any() for t in (a, b))]  # measured in either
     for (strategy, k), row in a.iterrows():
         other = b.loc[(strategy, k)]
         delta = float(other["score"]) - float(row["score"])
@@ -169,9 +175,8 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
-        for column in HEALED_NUMBERS:  # a healed curve's numbers too: never left unread
-            if column in a.columns or column in b.columns:
-                into.checks.append(_healed_check(name, row, other, column, strategy, k, limit))
+        for column in healed:  # a healed curve's numbers too: never left unread
+            into.checks.append(_healed_check(name, row, other, column, strategy, k, limit))
     into.notes += noise.detectable(name)
 
 
