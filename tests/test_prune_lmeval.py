@@ -21,7 +21,11 @@ QUESTIONS = [
     ("Paris is the capital of", ["spain", "france", "italy"], 1),
     ("Bees make", ["honey", "bread", "steel"], 0),
     ("The sun rises in the", ["west", "north", "east"], 2),
-]
+    ("Ice is frozen", ["water", "sand", "paper"], 0),
+    ("A week has seven", ["days", "hours", "years"], 0),
+    ("Fish live in", ["trees", "water", "clouds"], 1),
+    ("Snow is usually", ["black", "red", "white"], 2),
+]  # 12 questions: at least MIN_DOCUMENTS (10), so the records' Holm verdicts are tested (test_records.py)
 
 
 @pytest.fixture(scope="module")

@@ -316,3 +316,26 @@ def test_the_needed_documents_are_not_claimed_from_too_few_or_below_what_was_sco
     assert _needed(verdict, {"documents": 40, "min_documents": 10}).endswith("would need more than the 40 scored")
     assert "about 900 documents (against 40 scored)" in _needed({"next_k": 3, "next_needed": 900},
                                                                 {"documents": 40, "min_documents": 10})
+
+
+@pytest.mark.parametrize("n", [4, 12])
+def test_below_the_minimum_of_documents_no_change_is_flagged(n):
+    """Every document right unpruned and wrong without layer 0: McNemar's exact p = 2 / 2^n (hand), 0.125 for 4 and
+    0.00049 for 12; below MIN_DOCUMENTS (10) the records rank but Holm flags nothing (family 0)."""
+    import pandas as pd
+
+    from layerprobe.evaluation.records import add_intervals
+    from layerprobe.metrics.decisions import MIN_DOCUMENTS
+
+    records = [{"removed": removed, "task": "t", "doc_id": i, "gold": 0, "chosen": 0 if removed == "unpruned" else 1,
+                "acc": 1.0 if removed == "unpruned" else 0.0,
+                "gold_loglik": -1.0 if removed == "unpruned" else -2.0 - 0.01 * i}
+               for removed in ("unpruned", "0") for i in range(n)]
+    table = pd.DataFrame([{"layer": 0, "block": 1, "removed": "0", "metric": "acc", "baseline": 1.0, "pruned": 0.0,
+                           "delta": -1.0, "baseline_stderr": 0.0, "pruned_stderr": 0.0}])
+    row = add_intervals(table, records, "t").iloc[0]
+    assert row["p_value"] == pytest.approx(2 / 2 ** n, rel=1e-9)
+    if n < MIN_DOCUMENTS:
+        assert not row["significant"] and not row["loglik_significant"] and row["family"] == 0
+    else:
+        assert row["significant"] and row["loglik_significant"] and row["family"] == 1
