@@ -341,7 +341,8 @@ def release_run_dir(path: Path) -> None:
 
 
 ABANDONED = "unfinished"  # the lock's text once its run has stopped: the folder is unfinished and free to resume
-_unfinished: list[Path] = []  # folders this process left unfinished
+_unfinished: list[Path] = []  # folders the current command left unfinished (emptied as the next command starts)
+_depth = [0]  # commands running in this process (a demo's sub-runs are commands inside it)
 _unstarted: list[Path] = []  # of those, the ones interrupted before any work was saved (only the lock in them)
 _made: dict[Path, list[Path]] = {}  # run folder -> the parent folders claiming it created, deepest first
 
@@ -399,6 +400,10 @@ def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
         from layerprobe import scoped
 
         since = scoped.mark()
+        if _depth[0] == 0:  # a new outermost command: an earlier one's leftovers are not its to report on Ctrl-C
+            _unfinished.clear()
+            _unstarted.clear()
+        _depth[0] += 1
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt:
@@ -408,6 +413,7 @@ def abandons_on_error(command: Callable[..., T]) -> Callable[..., T]:
             abandon_run_dirs()
             raise
         finally:
+            _depth[0] -= 1
             scoped.release(since)  # the hooks the command's loaded models carried (layerprobe/scoped.py)
 
     return run
