@@ -507,7 +507,8 @@ _GGUF_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12:
 
 def _gguf_block_count(path: Path) -> int | None:
     """'<general.architecture>.block_count' from a GGUF file's key-value header (read in order, stopping at it; the
-    GGUF v2/v3 layout: magic, version, tensor and key counts, then key, value type, value)."""
+    GGUF v2/v3 layout: magic, version, tensor and key counts, then key, value type, value). Not gguf.GGUFReader:
+    it parses every field first (the tokenizer's arrays), 4.6 s on SmolLM2's file against 0.2 ms here."""
     import struct
 
     with open(path, "rb") as handle:
