@@ -1,4 +1,5 @@
-"""report, compare and demo: real runs from the quick demo, perturbed by hand where a regression is needed."""
+"""report, compare and demo: the committed demo's real runs (and, extended, a fresh quick demo), perturbed by hand where a
+regression is needed."""
 
 from __future__ import annotations
 
@@ -21,8 +22,27 @@ from layerprobe.runs.read import Run
 from .helpers import DEMO_REFERENCE, assert_error, invoke
 
 
+# The committed demo's runs in the order the demo writes them (reports/demo: real runs of the current code,
+# regenerated with it; tests/unit/test_docs_truth.py reads their numbers)
+COMMITTED_DEMO = Path(__file__).resolve().parents[1] / "reports" / "demo"
+DEMO_RUNS = ("angular", "prune-drift", "smollm2-angular", "smollm2-prune-kl", "smollm2-prune-ppl", "smollm2-curve-kl",
+             "gemma3-angular", "gemma3-prune-kl", "gradnorm")
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
+    """The committed demo's runs copied, and a report of them written now by this code (seconds, where a fresh quick
+    demo takes minutes: that one is `quick_demo`, in the extended tier)."""
+    out = tmp_path_factory.mktemp("demo") / "committed"
+    for name in DEMO_RUNS:
+        shutil.copytree(COMMITTED_DEMO / name, out / name)
+    result = invoke("report", *[out / name for name in DEMO_RUNS], "--out", out)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def quick_demo(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("demo") / "quick"
     result = invoke("demo", "--quick", "--out", out)
     assert result.exit_code == 0, result.output
@@ -34,8 +54,10 @@ def copy(src: Path, dst: Path) -> Path:
     return dst
 
 
-@pytest.mark.slow  # the quick demo fixture
-def test_demo_writes_three_runs_and_a_report(demo):
+@pytest.mark.slow  # the quick demo fixture: minutes
+@pytest.mark.extended  # the default tier: test_demo_resume.py (the demo's real commands on tiny models)
+def test_demo_writes_three_runs_and_a_report(quick_demo):
+    demo = quick_demo
     for name, files in {"angular": ["angular.csv", "layers.csv", "heatmap.png"], "prune-drift": ["prune.csv", "prune.png"],
                         "smollm2-angular": ["angular.csv", "layers.csv", "heatmap.png"],
                         "smollm2-prune-kl": ["prune.csv", "prune.png"], "smollm2-prune-ppl": ["prune.csv", "prune.png"],
@@ -45,15 +67,16 @@ def test_demo_writes_three_runs_and_a_report(demo):
     assert (demo / "report.html").is_file() and (demo / "report.md").is_file()
 
 
-@pytest.mark.slow  # the quick demo fixture
-def test_fresh_quick_demo_matches_the_committed_reference(demo):
+@pytest.mark.slow  # the quick demo fixture: minutes
+@pytest.mark.extended  # the committed demo's numbers: tests/unit/test_docs_truth.py
+def test_fresh_quick_demo_matches_the_committed_reference(quick_demo):
     """The committed demo (its tables: tests/data/demo) is the baseline; a smaller fresh run must agree within loose
     tolerances."""
     assert (DEMO_REFERENCE / "angular" / "summary.json").is_file(), "tests/data/demo holds the reference's tables"
     from layerprobe.cli.demo import QUICK_TOLERANCES
 
     assert QUICK_TOLERANCES == {"angular": 0.03, "prune": 0.25, "gradnorm": 0.5, "variance": 0.5}  # the README's
-    result = invoke("compare", DEMO_REFERENCE, demo, *[f"--tolerance={k}={v}" for k, v in QUICK_TOLERANCES.items()])
+    result = invoke("compare", DEMO_REFERENCE, quick_demo, *[f"--tolerance={k}={v}" for k, v in QUICK_TOLERANCES.items()])
     assert result.exit_code == 0, result.output
     assert "OK: all" in result.output
 
@@ -68,7 +91,6 @@ class Images(HTMLParser):
             self.sources.append(dict(attrs)["src"])
 
 
-@pytest.mark.slow  # the quick demo fixture
 def test_html_report_is_self_contained_and_every_image_loads(demo):
     page = (demo / "report.html").read_text(encoding="utf-8")
     parser = Images()
@@ -85,7 +107,6 @@ def test_html_report_is_self_contained_and_every_image_loads(demo):
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
-@pytest.mark.slow  # the quick demo fixture
 def test_report_renders_in_headless_chromium(demo, tmp_path):
     shot = tmp_path / "shot.png"
     subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
@@ -96,7 +117,6 @@ def test_report_renders_in_headless_chromium(demo, tmp_path):
     assert len(colors) > 200  # text and plots drawn, not an empty page
 
 
-@pytest.mark.slow  # the quick demo fixture
 def test_compare_names_the_offending_layer(demo, tmp_path):
     new = copy(demo / "angular", tmp_path / "new")
     table = pd.read_csv(new / "angular.csv")
@@ -116,7 +136,6 @@ def test_compare_names_the_offending_layer(demo, tmp_path):
     assert "FAIL angular d(l,n) l=2 n=1" in text and "REGRESSION: 1 of 21" in text
 
 
-@pytest.mark.slow  # the quick demo fixture
 def test_compare_prune_direction_and_formats(demo, tmp_path):
     new = copy(demo / "prune-drift", tmp_path / "new")
     table = pd.read_csv(new / "prune.csv")
@@ -134,7 +153,6 @@ def test_compare_prune_direction_and_formats(demo, tmp_path):
     assert (tmp_path / "s.md").read_text().startswith("### layerprobe compare :x:")
 
 
-@pytest.mark.slow  # the quick demo fixture
 def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
     new = copy(demo / "gradnorm", tmp_path / "new")
     table = pd.read_csv(new / "gradnorm.csv")
@@ -146,7 +164,6 @@ def test_compare_gradnorm_relative_tolerance(demo, tmp_path):
     assert invoke("compare", demo / "gradnorm", new, "--tolerance", "gradnorm=0.35").exit_code == 0
 
 
-@pytest.mark.slow  # the quick demo fixture
 def test_compare_and_report_unusable_input(demo, tmp_path):
     cases = []
     cases.append((["compare", demo / "angular", demo / "gradnorm"], "cannot compare an angular run with a gradnorm"))
