@@ -20,8 +20,15 @@ _CACHE = tempfile.mkdtemp(prefix="layerprobe-test-cache-")
 os.environ["XDG_CACHE_HOME"] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of `-n 2`'s workers on a 2-core machine: one thread each, and in
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # the commands they start (torchrun, killed runs)
+        os.environ.setdefault(_name, "1")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 from layerprobe.models.load import embedded_model_dir  # noqa: E402
 

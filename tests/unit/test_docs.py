@@ -141,7 +141,7 @@ def test_readme_opens_with_the_run_and_test_commands():
     assert run.endswith("layerprobe demo"), run
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
           if line.strip().startswith("python -m pytest")]
-    assert ci == ["python -m pytest -q"], ci
+    assert ci == ["python -m pytest -q -n 2 --dist loadfile"], ci
     assert test.endswith(" && " + ci[0]), test
     text = README.read_text()
     assert text.index(run) < text.index("**Test it**") < text.index(test), "Run it first, then Test it"
