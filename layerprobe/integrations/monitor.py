@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.monitor import COMMAND
 from layerprobe.config import MonitorSettings
 from layerprobe.errors import ConfigError
 from layerprobe.integrations.measure import rank_and_size, measure_probe, probe_batches, unwrapped
@@ -108,7 +109,7 @@ class LayerMonitor:
         self.started, self.clock = start_time(), time.perf_counter()
         self.folder: Path | None = None
         if self.main and self.settings.out:
-            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command="monitor")
+            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command=COMMAND)
 
     def due(self, step: int) -> bool:
         return step % self.settings.every == 0

@@ -77,7 +77,7 @@ SUMMARY = RUN + (
 READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
             (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
-            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig,
+            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", config_class=GradnormConfig,
             tolerances=(Tolerance("gradnorm", 0.25, "relative change of any block's gradient norm, params or input; "
                                   "monitor runs: at each measured step"),
                         Tolerance("variance", 0.25, "relative change of any block's output variance")))

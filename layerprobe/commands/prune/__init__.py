@@ -212,7 +212,7 @@ READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, t
 PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("block", "block")),
                   READ + "prune_findings", READ + "prune_table", READ + "compare_prune", label_key="task",
-                  overlay=READ + "prune_by_depth", settings=PruneConfig, wide_past=16, reads=("metric",),
+                  overlay=READ + "prune_by_depth", config_class=PruneConfig, wide_past=16, reads=("metric",),
                   overlay_axis=("rank of the cost (0 = cheapest)",
                                 "Cost of removing each layer, ranked within each run, by relative depth"),
                   tolerances=(Tolerance("prune", 0.05, "change of the baseline score in the bad direction or of any "
@@ -223,7 +223,7 @@ CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
                    ("keep", "keep")),
                   READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
-                  label_key="task", label_word="curve", settings=PruneConfig, reads=("metric",))
+                  label_key="task", label_word="curve", config_class=PruneConfig, reads=("metric",))
 
 
 def prune_folder(config: Any) -> str:

@@ -173,11 +173,12 @@ def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Prog
     inner = folder / "angular"
     if is_run(inner):
         return inner  # measured before an interruption
+    from layerprobe.commands.angular import COMMAND as ANGULAR
     from layerprobe.commands.angular.run import measure_into
 
     settings = AngularConfig(model=config.model, data=config.data, out=str(inner), overwrite=True, lens_tokens=0,
                              formats=config.formats)
-    measure_into(prepare_run_dir(inner, overwrite=True, command="angular"), settings, probe, progress)
+    measure_into(prepare_run_dir(inner, overwrite=True, command=ANGULAR), settings, probe, progress)
     return inner
 
 
@@ -252,9 +253,9 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
     out = CURVE_COMMAND.out(config, config.model.model)
     if config.resume:  # before the folder or the model is touched
-        check_resume(Path(out), "curve", config, finished_resumes=True)
+        check_resume(Path(out), CURVE_COMMAND, config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after
-        check_owned(Path(out), "curve", "--overwrite")
+        check_owned(Path(out), CURVE_COMMAND, "--overwrite")
     task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
     if "greedy" in settings.strategies and is_encoder(probe.model):
@@ -263,7 +264,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
     check_greedy_room(settings, k_max, num_layers)
-    folder = prepare_run_dir(out, config.overwrite, config.resume, "curve")
+    folder = prepare_run_dir(out, config.overwrite, config.resume, CURVE_COMMAND)
     facts = probe.facts()
     identity = probe.identity(config, k_max=k_max)
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
@@ -290,7 +291,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                         "scored on; score it on another task or corpus for a held-out comparison.")
     facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer, **task.facts(job)}
     seconds = time.perf_counter() - clock + float(ledger.state.get("seconds_before", 0.0))
-    summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
+    summary = {**facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
                "chance": chance, "keep": settings.keep, "keep_by": settings.keep_by, "max_removed": k_max, "strategies": list(settings.strategies),
                "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
                "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
@@ -304,6 +305,6 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
-    return write_run(folder, "curve", tables={"curve": table, "scores": scores},
+    return write_run(folder, CURVE_COMMAND, tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)

@@ -31,6 +31,6 @@ SUMMARY = RUN + (
 READ = f"{__name__}.read:"  # read.py: its findings and per-layer table, imported on first use
 KIND = Kind("toy", (("toy.csv", True),), "toy.png", "Toy residual-MLP model (||h_l|| by layer)",
             (("width", "width"), ("samples", "samples"), ("alphas", "alphas")),
-            READ + "toy_findings", READ + "toy_table", settings=ToyConfig)
+            READ + "toy_findings", READ + "toy_table", config_class=ToyConfig)
 COMMAND = Command("toy", "layerprobe.cli.toy:toy", "layerprobe.commands.toy.run:run_toy", settings=ToyConfig,
                   kind=KIND, summary=SUMMARY, tables={"toy.csv": TOY}, folder=named("toy"))

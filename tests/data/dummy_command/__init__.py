@@ -41,19 +41,19 @@ def run_dummy(config: DummyConfig, progress=silent):
     from matplotlib.figure import Figure
 
     started, clock = start_time(), time.perf_counter()
-    folder = prepare_run_dir(config.out, config.overwrite, command="dummy")
+    folder = prepare_run_dir(config.out, config.overwrite, command=COMMAND)
     table = pd.DataFrame({"layer": range(4), "value": [config.value * layer for layer in range(4)]})
     figure = Figure()
     figure.add_subplot().plot(table["layer"], table["value"])
-    summary = {"command": "dummy", "seconds": 0.0, "warnings": [], "value": config.value}
-    return write_run(folder, "dummy", tables={"dummy": table}, figures={"dummy": figure}, summary=summary,
+    summary = {"seconds": 0.0, "warnings": [], "value": config.value}
+    return write_run(folder, COMMAND, tables={"dummy": table}, figures={"dummy": figure}, summary=summary,
                      config=config, started=started, seconds=time.perf_counter() - clock, facts={})
 
 
 @with_settings(DummyConfig)
 def dummy(given: dict | None = None) -> None:
     """Write a dummy run: one number per layer."""
-    config, _ = resolve_settings(DummyConfig, given)
+    config, _ = resolve_settings(COMMAND, given)
     run = call(run_dummy, config)
     out.print(f"-> {run.folder}")
 
@@ -62,7 +62,7 @@ READ = f"{__name__}.read:"  # read.py: its findings, table and comparer, importe
 COMMAND = Command(
     "dummy", dummy, run_dummy, settings=DummyConfig,
     kind=Kind("dummy", (("dummy.csv", True),), "dummy.png", "Dummy numbers by layer", (("value", "value"),),
-              READ + "findings", READ + "table", READ + "comparer", settings=DummyConfig),
+              READ + "findings", READ + "table", READ + "comparer", config_class=DummyConfig),
     summary=RUN + (Key("value", (int, float), "--value: the slope"),),
     tables={"dummy.csv": Table((Column("layer", "block l", key=True), Column("value", "value x l", always=True)),
                                intro="One row per layer: the dummy's number."),
