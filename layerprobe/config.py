@@ -17,7 +17,7 @@ from typing import Any
 
 from layerprobe.errors import ConfigError
 from layerprobe.settings import project_keys, setting
-from layerprobe.evaluation.metric import RESCORING, accepted_by
+from layerprobe.evaluation.metric import RESCORING, TASK, accepted_by
 from layerprobe.strategies import NAMES, STRATEGIES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -224,9 +224,9 @@ class PruneConfig:
                                     "lm-eval's own tasks read their rows from here.")
     mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from "
                                     "this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
-    num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", ("ppl", "kl", "drift", "squad")), help="lm-eval few-shot examples (task default "
+    num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", accepted_by(TASK, ("squad",))), help="lm-eval few-shot examples (task default "
                                       "if unset).")
-    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", ("ppl", "kl", "drift")), help="lm-eval/squad: first N documents or questions "
+    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
                                   "(a fraction if < 1).")
     layers: str | None = setting(None, project=True, ranges=True, help="Only these start layers, e.g. 0,3,8-11.")
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")

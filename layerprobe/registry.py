@@ -25,14 +25,16 @@ def did_you_mean(name: Any, known: Any) -> str:
 
 
 class Names:
-    """The names a registry holds (those whose record `accepts`), read each time they are asked for: a setting's
-    choices that a record registered later joins (a strategy, a metric)."""
+    """The names a registry holds (those whose record `accepts`), then `more`, read each time they are asked for: a
+    setting's choices, or the values an option does not apply with, that a record registered later joins (a
+    strategy, a metric)."""
 
-    def __init__(self, registry: dict, accepts: Callable[[Any], bool] | None = None) -> None:
-        self.registry, self.accepts = registry, accepts
+    def __init__(self, registry: dict, accepts: Callable[[Any], bool] | None = None, more: tuple = ()) -> None:
+        self.registry, self.accepts, self.more = registry, accepts, tuple(more)
 
     def _now(self) -> list[str]:
-        return [name for name, record in self.registry.items() if self.accepts is None or self.accepts(record)]
+        held = [name for name, record in self.registry.items() if self.accepts is None or self.accepts(record)]
+        return held + [name for name in self.more if name not in held]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._now())
@@ -42,6 +44,9 @@ class Names:
 
     def __len__(self) -> int:
         return len(self._now())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._now()[index]
 
     def __repr__(self) -> str:
         return repr(tuple(self._now()))
@@ -65,9 +70,10 @@ class Registry(dict):
         dict.__setitem__(self, name, record)
         return record
 
-    def names(self, accepts: Callable[[Any], bool] | None = None) -> Names:
-        """Its names (those whose record `accepts`), read when asked: a setting's choices (settings.Mark.choices)."""
-        return Names(self, accepts)
+    def names(self, accepts: Callable[[Any], bool] | None = None, more: tuple = ()) -> Names:
+        """Its names (those whose record `accepts`), then `more`, read when asked: a setting's choices
+        (settings.Mark.choices) or the values it does not apply with (Mark.applies)."""
+        return Names(self, accepts, more)
 
     def freeze(self) -> None:
         """No record added or removed from now on (a built-in can no longer be replaced or dropped)."""

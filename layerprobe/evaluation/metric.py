@@ -108,9 +108,10 @@ def register_metric(metric: Metric) -> Metric:
     return METRICS.add(metric.name, metric)
 
 
-def accepted_by(sweep: str) -> Names:
-    """The metrics a sweep takes (TASK or RESCORING), read when asked: a setting's choices."""
-    return METRICS.names(lambda metric: sweep in metric.accepted_by)
+def accepted_by(sweep: str, more: tuple = ()) -> Names:
+    """The metrics a sweep takes (TASK or RESCORING), then `more`, read when asked: a setting's choices, or the
+    tasks an lm-eval option does not apply with."""
+    return METRICS.names(lambda metric: sweep in metric.accepted_by, more)
 
 
 register_metric(Metric("ppl", "causal-lm", "perplexity of the next token (lower is better)", _ppl_values, _ppl_edge,

@@ -68,7 +68,7 @@ def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
              "tokens": int(table["tokens"].iloc[0]), "seq_len": data.seq_len, "batch_size": data.batch_size,
              "every": monitor.settings.every, "steps": sorted(int(s) for s in table["step"].unique()),
              "processes": rank_and_size()[1], "device": str(param.device), "dtype": str(param.dtype).removeprefix("torch."),
-             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.facts}
+             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.summary_extra}
     summary = {**facts, "seconds": round(seconds, 3), "warnings": []}
     figure = monitor_figure(table, thirds(table), f"{model_label(name)} ({facts['placement']}): layers during "
                             f"training ({facts['tokens']:,} probe tokens)", crossover)

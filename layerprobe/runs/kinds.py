@@ -34,7 +34,8 @@ class Kind:
     tables: tuple[tuple[str, bool], ...]  # (CSV file, required) a finished run holds
     plot: str  # the figure the report shows
     heading: str  # the report's section heading
-    facts: tuple[tuple[str, str], ...]  # header facts: (label, summary key or a format string of summary keys)
+    header: tuple[tuple[str, str], ...]  # the report header's lines: (label, summary key or a format string of
+    # summary keys)
     findings: str | Callable  # (run) -> list of sentences ('module:function' or the function)
     data_table: str | Callable  # (run) -> the per-layer DataFrame printed under the plot
     comparer: str | Callable | None = None  # (old, new, tolerance, into, name), None: not comparable
@@ -49,6 +50,11 @@ class Kind:
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
     tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
     reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
+
+    @property
+    def facts(self) -> tuple[tuple[str, str], ...]:
+        """The old name of header (kept for readers written before the rename)."""
+        return self.header
 
     @property
     def settings(self) -> type | None:

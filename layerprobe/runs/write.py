@@ -38,7 +38,8 @@ def write_run(folder: Path, command: Any, *, tables: dict[str, Any], figures: di
               manifest_extra: dict | None = None, warnings: list[str] | None = None) -> RunResult:
     """Write each table as <stem>.csv, each figure as <stem>.<format>, then summary.json and manifest.json last
     (a folder with both is a finished run). `command` is the command's record (commands.Command: its name is the
-    summary's and the manifest's "command"). Every file is written atomically; the summary and every table are
+    summary's and the manifest's "command"); `facts`, the run's facts about its model and corpus (Probe.facts and
+    the sweep's), which the manifest repeats beside the settings. Every file is written atomically; the summary and every table are
     checked against the record (runs/schema.py) before anything is written."""
     if summary.get("command", command.name) != command.name:
         raise RunError(f"A {command.name} run's summary names the command '{summary['command']}': please report this; "

@@ -283,7 +283,7 @@ class HarnessSweep:
             if lm.chosen["batch_size"] < lm.chosen["asked"]:
                 job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
                                     f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
-        ledger.state["prefix_cache"] = lm.facts() if shared and left else ledger.state.get("prefix_cache") or {
+        ledger.state["prefix_cache"] = lm.prefix_cache() if shared and left else ledger.state.get("prefix_cache") or {
             "path": "per variant", "reason": "--no-shared-prefix" if not config.shared_prefix else
             "generation requests only" if shared else "no variant left to score"}
         if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)
