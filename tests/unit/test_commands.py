@@ -156,3 +156,7 @@ def test_a_project_out_is_the_parent_of_the_records_folder(tmp_path, monkeypatch
     assert config.out == "ci/prune-arc_easy-mlp"
     config, _ = resolve_settings(PRUNE_COMMAND, {"task": "arc_easy", "out": "here"})
     assert config.out == "here"
+    from layerprobe.commands.heal import COMMAND as HEAL
+
+    config, _ = resolve_settings(HEAL, {"remove": "1"})  # heal too: its record's folder under the project's out
+    assert config.out == "ci/heal"
