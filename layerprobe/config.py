@@ -17,6 +17,7 @@ from typing import Any
 
 from layerprobe.errors import ConfigError
 from layerprobe.settings import project_keys, setting
+from layerprobe.evaluation.metric import RESCORING, TASK, accepted_by
 from layerprobe.strategies import NAMES, STRATEGIES
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -34,7 +35,8 @@ OBJECTIVES = ("lm", "distill")  # heal: next-token loss, or KL to the unpruned m
 # folded into the preceding MLP (ReplaceMe: least squares, or cosine distance; no training)
 HEAL_METHODS = ("lora", "lstsq", "cosine", "tail")
 REPLACEMENTS = ("lstsq", "cosine")  # the training-free methods (models/replacement.py)
-CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy
+CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy; the built-ins, --strategies' default
+STRATEGY_NAMES = STRATEGIES.names()  # every registered strategy (a setting's choices: one registered later too)
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 DEMO_OUT = "reports/demo-run"  # where `layerprobe demo` writes by default (a timestamped sibling if it exists)
 DEMO_REFERENCE = "reports/demo"  # the committed demo run: never a default --out; a fresh demo says how to compare
@@ -177,15 +179,15 @@ class AngularConfig:
 class CurveSettings:
     """`prune --curve`: for k = 1..max_removed, the k layers each strategy removes, scored on the task."""
 
-    strategies: tuple[str, ...] = setting(CURVE_STRATEGIES, parse="csv", choices=CURVE_STRATEGIES,
+    strategies: tuple[str, ...] = setting(CURVE_STRATEGIES, parse="csv", choices=STRATEGY_NAMES,
                                           help="--curve: comma-separated, of " + "; ".join(
                                               f"{s.name} ({s.meaning})" for s in STRATEGIES.values()) + ".")
     _: KW_ONLY
     max_removed: int | None = setting(None, minimum=1, resolved="k_max",
                                       help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
-    greedy_metric: str = setting("kl", choices=("kl", "ppl"), help="--curve: what greedy minimizes on the probe "
-                                 "corpus, kl or ppl.")
+    greedy_metric: str = setting("kl", choices=accepted_by(RESCORING), help="--curve: what greedy minimizes on the "
+                                 "probe corpus, kl or ppl.")
     greedy_ends: str = setting("keep", choices=GREEDY_ENDS, help="--curve: keep (SLEB's rule: greedy never removes "
                                "the first or the last remaining block) or allow (any block).")
     heal_steps: int = setting(0, minimum=0, help="--curve: heal each scored set with N LoRA steps (as layerprobe "
@@ -222,9 +224,9 @@ class PruneConfig:
                                     "lm-eval's own tasks read their rows from here.")
     mmlu_data: str | None = setting(None, where=True, help="--task mmlu (or a subject or category): read MMLU from "
                                     "this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
-    num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", ("ppl", "kl", "drift", "squad")), help="lm-eval few-shot examples (task default "
+    num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", accepted_by(TASK, ("squad",))), help="lm-eval few-shot examples (task default "
                                       "if unset).")
-    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", ("ppl", "kl", "drift")), help="lm-eval/squad: first N documents or questions "
+    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
                                   "(a fraction if < 1).")
     layers: str | None = setting(None, project=True, ranges=True, help="Only these start layers, e.g. 0,3,8-11.")
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
@@ -272,7 +274,7 @@ class ExportConfig:
                         "projection is zeroed (same size, same outputs as prune --part).")
     sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), help=_SUBLAYER)
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: export a strategy's choice.")
-    strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
+    strategy: str = setting("angular", choices=STRATEGY_NAMES, help="--from-curve: which strategy's layers.")
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
     out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint (with --format gguf alone, "
@@ -312,7 +314,7 @@ class HealConfig:
     remove: str | None = setting(None, resolved="removed", ranges=True, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
                                  "27; 3,7,9-11.")
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: heal a strategy's choice.")
-    strategy: str = setting("angular", choices=CURVE_STRATEGIES, help="--from-curve: which strategy's layers.")
+    strategy: str = setting("angular", choices=STRATEGY_NAMES, help="--from-curve: which strategy's layers.")
     k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)

@@ -1,11 +1,12 @@
-"""Registries of named records (commands, their run kinds, summary keys, CSV tables): a dict that refuses a second,
-different record under a name it holds, can be frozen once the built-ins are in, and answers an unknown name with
-"Did you mean" (lm-eval's registries raise on a collision and can freeze; a plain dict silently keeps one)."""
+"""Registries of named records (commands, their run kinds, summary keys, CSV tables, task-free metrics, curve
+strategies): a dict that refuses a second, different record under a name it holds, can be frozen once the built-ins
+are in, and answers an unknown name with "Did you mean" (lm-eval's registries raise on a collision and can freeze; a
+plain dict silently keeps one)."""
 
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from layerprobe.errors import ConfigError
 
@@ -21,6 +22,34 @@ def did_you_mean(name: Any, known: Any) -> str:
     """' Did you mean: x?' for the closest known name, else ' Known: a, b, c.'."""
     close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1)
     return f" Did you mean: {close[0]}?" if close else f" Known: {', '.join(map(str, known)) or 'none'}."
+
+
+class Names:
+    """The names a registry holds (those whose record `accepts`), then `more`, read each time they are asked for: a
+    setting's choices, or the values an option does not apply with, that a record registered later joins (a
+    strategy, a metric)."""
+
+    def __init__(self, registry: dict, accepts: Callable[[Any], bool] | None = None, more: tuple = ()) -> None:
+        self.registry, self.accepts, self.more = registry, accepts, tuple(more)
+
+    def _now(self) -> list[str]:
+        held = [name for name, record in self.registry.items() if self.accepts is None or self.accepts(record)]
+        return held + [name for name in self.more if name not in held]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._now())
+
+    def __contains__(self, name: Any) -> bool:
+        return name in self._now()
+
+    def __len__(self) -> int:
+        return len(self._now())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._now()[index]
+
+    def __repr__(self) -> str:
+        return repr(tuple(self._now()))
 
 
 class Registry(dict):
@@ -40,6 +69,11 @@ class Registry(dict):
                               f"(or unregister '{name}' first); a registry never replaces a record silently.")
         dict.__setitem__(self, name, record)
         return record
+
+    def names(self, accepts: Callable[[Any], bool] | None = None, more: tuple = ()) -> Names:
+        """Its names (those whose record `accepts`), then `more`, read when asked: a setting's choices
+        (settings.Mark.choices) or the values it does not apply with (Mark.applies)."""
+        return Names(self, accepts, more)
 
     def freeze(self) -> None:
         """No record added or removed from now on (a built-in can no longer be replaced or dropped)."""

@@ -119,18 +119,18 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
             raise KeyboardInterrupt
 
     config_args = [*args, "--out", str(tmp_path / "cut")]
-    original = module.PICKS["greedy"]  # the strategy's function, as the curve dispatches to it
+    original = module.greedy_sets  # the strategy's function, as its record names it (strategies.py)
 
     def cut(choice):
         import dataclasses
 
         return original(dataclasses.replace(choice, progress=interrupt))
 
-    module.PICKS["greedy"] = cut
+    module.greedy_sets = cut
     try:
         invoke(*config_args)
     finally:
-        module.PICKS["greedy"] = original
+        module.greedy_sets = original
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     assert len(state["greedy"]) == 1 and not (tmp_path / "cut" / "summary.json").exists()
     assert "greedy batches" in calls[:calls.index("greedy steps", 1)]  # a step's batches show before it ends
@@ -169,3 +169,44 @@ def test_compare_judges_curve_scores(model_dirs, tmp_path):
     curve.to_csv(tmp_path / "b" / "curve.csv", index=False)
     worse = invoke("compare", str(tmp_path / "a"), str(tmp_path / "b"))
     assert worse.exit_code == 1 and "last k=2" in worse.output, worse.output
+
+
+def test_a_metric_and_a_strategy_added_by_record_alone_run_a_curve(model_dirs, tmp_path):
+    """The dummy's metric (absdiff) and strategy (front), registered by one line each and named by no module of
+    layerprobe (tests/unit/test_records_added.py), run a whole curve: front's sets are the first k layers and every
+    score matches a hand-written mean |h_pruned - h| of an independently shortened copy."""
+    from layerprobe.evaluation.metric import METRICS, register_metric
+    from layerprobe.strategies import STRATEGIES, register_strategy
+    from tests.data.dummy_command import METRIC, STRATEGY
+
+    from .helpers import batches, open_corpus
+    import torch
+
+    register_metric(METRIC)
+    register_strategy(STRATEGY)
+    try:
+        folder, out = model_dirs["llama"], tmp_path / "curve"
+        result = invoke("prune", str(folder), "--task", "absdiff", "--curve", "--strategies", "front,last",
+                        "--max-removed", "2", "--keep-by", "point", *DATA, "--out", str(out))
+    finally:
+        METRICS.pop(METRIC.name)
+        STRATEGIES.pop(STRATEGY.name)
+    assert result.exit_code == 0, result.output
+    curve = pd.read_csv(out / "curve.csv")
+    assert {(r.strategy, r.k): ids(r.removed) for r in curve.itertuples()} == {
+        ("front", 1): [0], ("front", 2): [0, 1], ("last", 1): [3], ("last", 2): [2, 3]}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["strategies"] == ["front", "last"] and summary["greedy_metric"] is None
+    full = transformers.AutoModel.from_pretrained(folder).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    for row in curve.itertuples():
+        pruned = independent_pruned(folder, transformers.AutoModel, ids(row.removed))
+        total, count = 0.0, 0
+        for batch in batches(open_corpus("builtin").texts(), tok, 32, 4, 256):
+            with torch.no_grad():
+                a = full(input_ids=batch.input_ids).last_hidden_state.double()
+                b = pruned(input_ids=batch.input_ids).last_hidden_state.double()
+            total += float((b - a).abs().mean(-1).sum())
+            count += batch.input_ids.numel()
+        assert row.score == pytest.approx(total / count, rel=1e-5)
+        assert row.baseline == 0 and bool(row.within) == (row.score <= 1 - 0.95)  # its own rule: 1 - keep

@@ -162,6 +162,7 @@ def test_ctrl_c_in_a_command_without_resume_says_so(tmp_path, monkeypatch):
     without --resume that left a claimed folder (merge, toy at its end) is told to run again or replace it."""
     from layerprobe.cli import common
     from layerprobe.cli.argv import COMMAND_LINE
+    from layerprobe.commands.prune import PRUNE_COMMAND
     from layerprobe.runs.folder import prepare_run_dir
 
     def ctrl_c(self, stage, done, total):
@@ -175,7 +176,7 @@ def test_ctrl_c_in_a_command_without_resume_says_so(tmp_path, monkeypatch):
         " ".join(cut.output.split())
 
     monkeypatch.setattr(common.LogProgress, "__call__", lambda *a: None)
-    folder = prepare_run_dir(tmp_path / "merged", command="prune")
+    folder = prepare_run_dir(tmp_path / "merged", command=PRUNE_COMMAND)
     (folder / "prune.csv").write_text("removed\n1\n")
     monkeypatch.setitem(COMMAND_LINE, "words", ["merge", "a", "b", "--out", str(folder)])
     monkeypatch.setitem(COMMAND_LINE, "resumes", False)

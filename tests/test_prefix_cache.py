@@ -161,7 +161,7 @@ def against_lm_eval(folder, name, include, tasks, groups):
         for label in [None, *(v.label for v in variants)]:
             lm.active = label
             metrics[label] = task.evaluate(lm)
-    facts = lm.facts()
+    facts = lm.prefix_cache()
     assert facts["path"] == "prefix cache" and facts["groups"] == groups and facts["rows"] >= len(tasks) * LIMIT, facts
     assert facts["block_tokens"] < 0.5 * facts["naive_block_tokens"]
     tok = transformers.AutoTokenizer.from_pretrained(folder)

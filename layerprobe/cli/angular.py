@@ -6,6 +6,7 @@ from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
 from layerprobe.cli.options import model_argument, with_settings
+from layerprobe.commands.angular import COMMAND
 from layerprobe.config import AngularConfig
 
 
@@ -19,7 +20,7 @@ def angular(
     d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
     from layerprobe.commands.angular.run import run_angular
 
-    config, _ = resolve_settings(AngularConfig, given, command="angular")
+    config, _ = resolve_settings(COMMAND, given)
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
     if run.folder is None:

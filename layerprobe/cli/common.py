@@ -254,20 +254,21 @@ def _clock(seconds: int) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def resolve_settings(cls: type, given: dict, base: Any = None, command: str | None = None) -> tuple[Any, dict]:
-    """The command's settings from what the user gave (settings.resolve: CLI > LAYERPROBE_<NAME> >
-    [tool.layerprobe] > default); a project `out` is the parent of the run folder the command's record names from
-    the settings (Command.folder), given as --out would be. Returns (settings, {dotted name: where its value came
-    from})."""
-    from layerprobe.commands import COMMANDS
+def resolve_settings(command: Any, given: dict, base: Any = None,
+                     project_file: tuple[dict, Any] | None = None) -> tuple[Any, dict]:
+    """The settings of `command` (its record, commands.Command: the class its run takes, Command.config_class) from
+    what the user gave (settings.resolve: CLI > LAYERPROBE_<NAME> > [tool.layerprobe] > default); a project `out` is
+    the parent of the run folder the record names from the settings (Command.folder), given as --out would be.
+    project_file: config.find_project_config's (table, path) where the command read it already (prune: its task),
+    so the file is read once. Returns (settings, {dotted name: where its value came from})."""
     from layerprobe.config import find_project_config
     from layerprobe.settings import resolve
 
-    project, path = call(find_project_config)
+    cls = command.config_class
+    project, path = project_file if project_file is not None else call(find_project_config)
     config, sources = call(resolve, cls, given, project, base, project_file=path)
-    folder = COMMANDS[command].folder if command else None
-    if config.out is None and folder is not None and "out" in project:
-        given = {**given, "out": f"{project['out']}/{call(folder, config)}"}
+    if config.out is None and command.folder is not None and "out" in project:
+        given = {**given, "out": f"{project['out']}/{call(command.folder, config)}"}
         config, sources = call(resolve, cls, given, project, base, project_file=path)
     return config, sources
 

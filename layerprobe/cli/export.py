@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings
 from layerprobe.cli.options import model_argument, with_settings
+from layerprobe.commands import EXPORT
 from layerprobe.config import ExportConfig, ModelOptions
 
 
@@ -19,7 +20,7 @@ def export(
     from layerprobe.commands.export import run_export
 
     base = ExportConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None  # the curve's model
-    config, _ = resolve_settings(ExportConfig, given, base=base)
+    config, _ = resolve_settings(EXPORT, given, base=base)
     if config.model.model is None and config.from_curve is None:
         raise fail("No MODEL given: pass the model to export (or --from-curve RUN, which names it).")
     with progress_bar() as progress:

@@ -7,6 +7,7 @@ from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
 from layerprobe.cli.options import given_any, with_settings
+from layerprobe.commands.gradnorm import COMMAND
 from layerprobe.config import GradnormConfig
 
 
@@ -30,7 +31,7 @@ def gradnorm(
             flags = ", ".join("--" + name.split(".")[-1].replace("_", "-") for name in stray)
             raise fail(f"{flags}: only with a checkpoint. Pass MODEL, or drop {flags} for the in-house family.")
         given = {**given, "model": None}
-    config, _ = resolve_settings(GradnormConfig, given, command="gradnorm")
+    config, _ = resolve_settings(COMMAND, given)
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     if run.folder is None:

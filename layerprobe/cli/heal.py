@@ -6,6 +6,7 @@ from pathlib import Path
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
 from layerprobe.cli.options import model_argument, with_settings
+from layerprobe.commands.heal import COMMAND
 from layerprobe.config import HealConfig, ModelOptions
 
 
@@ -29,7 +30,7 @@ def heal(
     from layerprobe.removal import REMOVAL_FILE
 
     base = HealConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None
-    config, _ = resolve_settings(HealConfig, given, base=base)
+    config, _ = resolve_settings(COMMAND, given, base=base)
     if config.model.model is None and config.from_curve is None:
         raise fail("No MODEL given: pass the model to heal (or --from-curve RUN, which names it).")
     if config.remove and not config.from_curve and not (Path(config.model.model) / REMOVAL_FILE).is_file():

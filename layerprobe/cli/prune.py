@@ -9,6 +9,7 @@ from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings, show_warnings
 from layerprobe.cli.options import RUN_FOLDER, given_any, model_argument, with_settings
+from layerprobe.commands.prune import CURVE_COMMAND, PRUNE_COMMAND
 from layerprobe.config import SQUAD_DATASET, CurveSettings, PruneConfig
 
 
@@ -31,7 +32,8 @@ def prune(
     from layerprobe.cli.common import fail
     from layerprobe.config import find_project_config
 
-    project, _ = call(find_project_config)
+    project_file = call(find_project_config)  # read once: the task here, every other setting in resolve_settings
+    project = project_file[0]
     task = task or os.environ.get("LAYERPROBE_TASK") or project.get("task")
     if task is None:
         raise fail("No --task given: pass one (mmlu, arc_easy, ppl, kl, drift, squad, ...) or set task in [tool.layerprobe].")
@@ -43,7 +45,7 @@ def prune(
     if task == "squad" and data["dataset"] is None:  # SQuAD's own data unless --dataset names a file
         data = {**data, "dataset": SQUAD_DATASET}
     given = {**given, "task": task, "out": out_dir, "curve": given["curve"] if curve else None, "data": data}
-    config, _ = resolve_settings(PruneConfig, given, command="curve" if curve else "prune")
+    config, _ = resolve_settings(CURVE_COMMAND if curve else PRUNE_COMMAND, given, project_file=project_file)
     if not curve:  # a range outside the model, in a moment: before torch is imported or the weights load
         from layerprobe.commands.probe import refuse_ranges_early
 

@@ -6,6 +6,7 @@ from rich.table import Table
 
 from layerprobe.cli.common import call, out, progress_bar, resolve_settings
 from layerprobe.cli.options import with_settings
+from layerprobe.commands.toy import COMMAND
 from layerprobe.config import ToyConfig
 
 
@@ -16,7 +17,7 @@ def toy(given: dict | None = None) -> None:
     Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
     from layerprobe.commands.toy.run import run_toy
 
-    config, _ = resolve_settings(ToyConfig, given, command="toy")
+    config, _ = resolve_settings(COMMAND, given)
     with progress_bar() as progress:
         run = call(run_toy, config, progress)
     table = Table(title="Log-log slope over the deep half (95% interval); Pre-LN random walk: norm +0.5, 1-cos -1")

@@ -17,7 +17,7 @@ from layerprobe.commands import angular, gradnorm, heal, monitor, prune, toy
 from layerprobe.commands.record import COMMANDS, Command, register
 from layerprobe.config import ExportConfig
 
-__all__ = ["COMMANDS", "Command", "register"]
+__all__ = ["COMMANDS", "Command", "register"]  # and the inline records EXPORT, DEMO
 
 # In the order `layerprobe --help` lists them (and docs/outputs.md its records); library-only entries (curve,
 # monitor) where they belong.
@@ -27,10 +27,10 @@ register(prune.CURVE_COMMAND)
 register(gradnorm.COMMAND)
 register(monitor.COMMAND)  # during training (layerprobe.integrations): no CLI command
 register(prune.MERGE_COMMAND)
-register(Command("export", "layerprobe.cli.export:export", "layerprobe.commands.export:run_export",
+EXPORT = register(Command("export", "layerprobe.cli.export:export", "layerprobe.commands.export:run_export",
                  settings=ExportConfig))  # writes a checkpoint, not a run folder
 register(heal.COMMAND)
 register(Command("report", "layerprobe.cli.report:report"))
 register(Command("compare", "layerprobe.cli.compare:compare", "layerprobe.runs.compare:compare_folders"))
-register(Command("demo", "layerprobe.cli.demo:demo"))
+DEMO = register(Command("demo", "layerprobe.cli.demo:demo"))
 register(toy.COMMAND)

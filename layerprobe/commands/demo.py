@@ -18,8 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from layerprobe.commands import DEMO
+from layerprobe.commands.angular import COMMAND as ANGULAR
 from layerprobe.commands.angular.run import run_angular
+from layerprobe.commands.gradnorm import COMMAND as GRADNORM
 from layerprobe.commands.gradnorm.run import run_gradnorm
+from layerprobe.commands.prune import CURVE_COMMAND, PRUNE_COMMAND
 from layerprobe.commands.prune.curve import run_curve
 from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import (DEMO_OUT, DEMO_REFERENCE, AngularConfig, CurveSettings, DataOptions, GradnormConfig,
@@ -65,7 +69,7 @@ class Step:
     library call that runs it; `size_key` scales the reference run's seconds for the overall ETA."""
 
     name: str  # the progress label, "angular (MiniLM)"
-    command: str  # what its run folder's record names: angular, prune, curve, gradnorm
+    command: Any  # its run folder's record (commands.Command): angular, prune, curve or gradnorm
     config: Any
     runner: Callable[..., Any]
     size_key: str
@@ -85,8 +89,8 @@ def _minilm(folder: Path, size: dict) -> list[Step]:
                             overwrite=True, lens_tokens=512)  # no LM head, no lens: the value the reference records
     prune = PruneConfig(task="drift", model=_model("minilm"), data=_data(size["prune_tokens"]), angular=angular.out,
                         out=str(folder / "prune-drift"), overwrite=True)
-    return [Step("angular (MiniLM)", "angular", angular, run_angular, "angular_tokens"),
-            Step("prune drift (MiniLM)", "prune", prune, run_prune, "prune_tokens")]
+    return [Step("angular (MiniLM)", ANGULAR, angular, run_angular, "angular_tokens"),
+            Step("prune drift (MiniLM)", PRUNE_COMMAND, prune, run_prune, "prune_tokens")]
 
 
 def _smollm2(folder: Path, size: dict) -> list[Step]:
@@ -96,15 +100,15 @@ def _smollm2(folder: Path, size: dict) -> list[Step]:
     angular = AngularConfig(model=model, data=_data(size["smollm2_angular_tokens"]),
                             out=str(folder / "smollm2-angular"), overwrite=True,
                             lens_tokens=size["lens_tokens"])  # SmolLM2's head 31 times per position
-    steps = [Step("angular (SmolLM2)", "angular", angular, run_angular, "smollm2_angular_tokens")]
+    steps = [Step("angular (SmolLM2)", ANGULAR, angular, run_angular, "smollm2_angular_tokens")]
     data = _data(size["smollm2_prune_tokens"], SMOLLM2_BATCH)
     for task in ("kl", "ppl"):
-        steps.append(Step(f"prune {task} (SmolLM2)", "prune",
+        steps.append(Step(f"prune {task} (SmolLM2)", PRUNE_COMMAND,
                           PruneConfig(task=task, model=model, data=data, angular=angular.out,
                                       out=str(folder / f"smollm2-prune-{task}"), overwrite=True),
                           run_prune, "smollm2_prune_tokens"))
     curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED, keep=CURVE_KEEP)
-    steps.append(Step("curve kl (SmolLM2)", "curve",
+    steps.append(Step("curve kl (SmolLM2)", CURVE_COMMAND,
                       PruneConfig(task="kl", model=model, data=data, curve=curve, angular=angular.out,
                                   out=str(folder / "smollm2-curve-kl"), overwrite=True),
                       run_curve, "smollm2_prune_tokens"))
@@ -118,8 +122,8 @@ def _gemma3(folder: Path, size: dict) -> list[Step]:
                             overwrite=True, lens_tokens=size["gemma3_lens_tokens"])
     prune = PruneConfig(task="kl", model=model, data=_data(size["gemma3_prune_tokens"], SMOLLM2_BATCH),
                         angular=angular.out, out=str(folder / "gemma3-prune-kl"), overwrite=True)
-    return [Step("angular (Gemma 3)", "angular", angular, run_angular, "gemma3_angular_tokens"),
-            Step("prune kl (Gemma 3)", "prune", prune, run_prune, "gemma3_prune_tokens")]
+    return [Step("angular (Gemma 3)", ANGULAR, angular, run_angular, "gemma3_angular_tokens"),
+            Step("prune kl (Gemma 3)", PRUNE_COMMAND, prune, run_prune, "gemma3_prune_tokens")]
 
 
 def _gradnorm(folder: Path, size: dict) -> list[Step]:
@@ -128,7 +132,7 @@ def _gradnorm(folder: Path, size: dict) -> list[Step]:
                             dtype="float32", data=DataOptions("builtin", tokens=0, seq_len=GRAD_SEQ,
                                                               batch_size=GRAD_BATCH),
                             out=str(folder / "gradnorm"), overwrite=True)
-    return [Step(f"gradnorm ({size['arch']})", "gradnorm", config, run_gradnorm, "seeds")]
+    return [Step(f"gradnorm ({size['arch']})", GRADNORM, config, run_gradnorm, "seeds")]
 
 
 def demo_steps(folder: Path, quick: bool) -> list[Step]:
@@ -206,7 +210,7 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
     if resume:
         _check_demo_resumable(Path(out))
     # an existing demo is kept (a timestamped sibling instead); --overwrite replaces only an earlier demo's files
-    folder = prepare_run_dir(out, overwrite, resume, command="demo")
+    folder = prepare_run_dir(out, overwrite, resume, command=DEMO)
     steps = demo_steps(folder, quick)
     overall = _Overall(steps, quick, progress)
     runs, kept = [], []
@@ -229,7 +233,7 @@ def _check_demo_resumable(folder: Path) -> None:
     command's folder; refused before anything loads."""
     if not folder.is_dir():
         return  # prepare_run_dir names the missing folder
-    check_owned(folder, "demo", "--resume")
+    check_owned(folder, DEMO, "--resume")
     if (folder / "manifest.json").is_file() and not (folder / LOCK).is_file():
         raise RunError(f"--resume: '{folder}' holds a finished demo: nothing to resume. Run `layerprobe demo` without "
                        "--resume (a new folder), or with --overwrite to replace it.")

@@ -30,7 +30,8 @@ class Command:
     cli: str | Callable | None = None  # the Typer command (cli/<name>.py); None: library only (prune --curve)
     run: str | Callable | None = None  # the library function, public as layerprobe.<api>
     api: str | None = None  # its public name (default: name)
-    settings: type | None = None  # its settings dataclass, public by its class name
+    settings: type | None = None  # its own settings dataclass, public by its class name (curve's: CurveSettings, the
+    # --curve options; the class its run takes whole is config_class)
     kind: Kind | None = None  # how report and compare read its runs; None: it writes no run folder of its own
     summary: tuple = ()  # runs.keys.Key records of its summary.json, in the order docs/outputs.md lists them
     tables: dict[str, tuple | Table] = field(default_factory=dict)  # CSV file -> its runs.columns.Column records,
@@ -38,6 +39,15 @@ class Command:
     exports: dict[str, Any] = field(default_factory=dict)  # more public names -> the object, or 'module:attribute'
     folder: Callable[[Any], str] | None = None  # (settings) -> its run folder's own name: under reports/<model>/ by
     # default, under a [tool.layerprobe] out (the CLI)
+
+    @property
+    def config_class(self) -> type | None:
+        """The class of the settings its run function takes, resolve_settings builds and its manifest's "config"
+        holds: its Kind's (a curve's is PruneConfig, whose `curve` field holds the record's CurveSettings), else
+        `settings`."""
+        if self.kind is not None and self.kind.config_class is not None:
+            return self.kind.config_class
+        return self.settings
 
     def out(self, config: Any, model: str | None) -> str:
         """Where a run writes: its --out, else reports/<model>/<folder> (reports/<folder> without a model)."""

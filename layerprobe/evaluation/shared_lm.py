@@ -95,7 +95,7 @@ class SharedPrefixLM(HFLM):
         self.prefix_info = {"path": "prefix cache" if reason is None else "shared layers", "reason": reason,
                             "groups": 0, "rows": 0, "prefix_tokens": 0, "over_memory": 0}
 
-    def facts(self) -> dict:
+    def prefix_cache(self) -> dict:
         """The prefix cache's part of the run's summary: which path ran (and why), and what it computed."""
         return {**self.prefix_info, "block_tokens": self.block_tokens, "naive_block_tokens": self.naive_block_tokens}
 

@@ -32,14 +32,14 @@ def model_output(output: Any) -> torch.Tensor:
 
 
 class Original:
-    """The unpruned output of one batch, with what every variant's kl reads computed once: log p = log_softmax
-    and p (variants of a 49,152-word head would redo both each time)."""
+    """The unpruned output of one batch, with what every variant's values read of it computed once, as attributes
+    (the metric's `reference`: kl's log p = log_softmax and p, which variants of a 49,152-word head would redo)."""
 
     def __init__(self, metric: str, output: torch.Tensor) -> None:
         self.output = output
-        if metric == "kl":
-            self.log_p = torch.log_softmax(output.float(), dim=-1)
-            self.p = self.log_p.exp()
+        reference = METRICS[metric].reference
+        if reference is not None:
+            vars(self).update(reference(output))
 
 
 def metric_sum(metric: str, original: torch.Tensor | Original, pruned: torch.Tensor,
@@ -78,9 +78,10 @@ class Sums:
 
 
 def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: Sums) -> None:
-    """Perplexity of the unpruned model; kl and drift of the model against itself are 0 by definition. A non-finite
-    output of the unpruned model makes its sum NaN, so the caller names the model, not a variant."""
-    if metric == "ppl":
+    """The unpruned model's own score (perplexity); a metric of the model against itself (kl, drift: zero_baseline)
+    is 0 by definition. A non-finite output of the unpruned model makes its sum NaN, so the caller names the model,
+    not a variant."""
+    if not METRICS[metric].zero_baseline:
         sums.add(None, metric_rows(metric, original, original, ids))
     elif not bool(torch.isfinite(original).all()):
         sums.add(None, (float("nan"), 0))

@@ -56,7 +56,7 @@ class LayerprobeCallback(TrainerCallback):
                            " its values go to the run folder only, not to the Trainer's loggers.")
         self.monitor = LayerMonitor(model, self.tokenizer or processing_class, self.settings, probe=self.probe,
                                     log=self._log, **self.options)
-        self.monitor.facts = {"trainer": {"max_grad_norm": float(args.max_grad_norm),
+        self.monitor.summary_extra = {"trainer": {"max_grad_norm": float(args.max_grad_norm),
                                           "gradient_accumulation_steps": int(args.gradient_accumulation_steps)}}
         if self.monitor.due(state.global_step):
             self.monitor.record(state.global_step)

@@ -67,7 +67,7 @@ class LayerprobeLightningCallback(Callback):
         model = self.model if self.model is not None else _transformer(pl_module)
         self.monitor = LayerMonitor(model, self.tokenizer, self.settings, probe=self.probe, log=self._log,
                                     **self.options)
-        self.monitor.facts = {"lightning": {"gradient_clip_val": trainer.gradient_clip_val,
+        self.monitor.summary_extra = {"lightning": {"gradient_clip_val": trainer.gradient_clip_val,
                                             "accumulate_grad_batches": int(trainer.accumulate_grad_batches)}}
         if self.monitor.due(trainer.global_step):
             self.monitor.record(trainer.global_step)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.monitor import COMMAND
 from layerprobe.config import MonitorSettings
 from layerprobe.errors import ConfigError
 from layerprobe.integrations.measure import rank_and_size, measure_probe, probe_batches, unwrapped
@@ -103,12 +104,21 @@ class LayerMonitor:
                                     else probe_batches(tokenizer, self.settings.data))
         self.log = log or (lambda values, step: logger.debug("step %d: %s", step, values))
         self.rows: list[dict] = []
-        self.facts: dict = {}  # what the caller adds to summary.json (the Trainer's clipping and accumulation)
+        self.summary_extra: dict = {}  # what the caller adds to summary.json (the Trainer's clipping, accumulation)
         self.main = not shared or rank_and_size()[0] == 0
         self.started, self.clock = start_time(), time.perf_counter()
         self.folder: Path | None = None
         if self.main and self.settings.out:
-            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command="monitor")
+            self.folder = prepare_run_dir(self.settings.out, self.settings.overwrite, command=COMMAND)
+
+    @property
+    def facts(self) -> dict:
+        """The old name of summary_extra (kept for callers written before the rename)."""
+        return self.summary_extra
+
+    @facts.setter
+    def facts(self, value: dict) -> None:
+        self.summary_extra = value
 
     def due(self, step: int) -> bool:
         return step % self.settings.every == 0

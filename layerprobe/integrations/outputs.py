@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.monitor import COMMAND
 from layerprobe.integrations.measure import isolated, rank_and_size
 from layerprobe.metrics.stats import depth_ratio
 from layerprobe.metrics.thirds import crossover_step, thirds  # noqa: F401 (also this module's API)
@@ -67,10 +68,10 @@ def write_monitor_run(folder: Path, monitor: Any, seconds: float) -> RunResult:
              "tokens": int(table["tokens"].iloc[0]), "seq_len": data.seq_len, "batch_size": data.batch_size,
              "every": monitor.settings.every, "steps": sorted(int(s) for s in table["step"].unique()),
              "processes": rank_and_size()[1], "device": str(param.device), "dtype": str(param.dtype).removeprefix("torch."),
-             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.facts}
-    summary = {"command": "monitor", **facts, "seconds": round(seconds, 3), "warnings": []}
+             "crossover_step": crossover, "last": _last(table), **placement(model, monitor.stack), **monitor.summary_extra}
+    summary = {**facts, "seconds": round(seconds, 3), "warnings": []}
     figure = monitor_figure(table, thirds(table), f"{model_label(name)} ({facts['placement']}): layers during "
                             f"training ({facts['tokens']:,} probe tokens)", crossover)
-    return write_run(folder, "monitor", tables={"monitor": table}, figures={"monitor": figure}, summary=summary,
+    return write_run(folder, COMMAND, tables={"monitor": table}, figures={"monitor": figure}, summary=summary,
                      config=monitor.settings, started=monitor.started, seconds=seconds,
                      facts={"model": name}, formats=monitor.settings.formats)

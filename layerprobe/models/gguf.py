@@ -37,7 +37,8 @@ class GGUFSource:
     architecture: str  # general.architecture, e.g. "llama"
     quantization: str  # the tensor types it holds, e.g. "Q4_1+Q8_0+F32"
 
-    def facts(self, dtype: str) -> dict:
+    def info(self, dtype: str) -> dict:
+        """What the dequantized cache's info file and the run's summary record of the GGUF file."""
         return {"file": str(self.path), "sha256": self.sha256, "architecture": self.architecture,
                 "quantization": self.quantization, "dequantized_to": dtype}
 
@@ -237,7 +238,7 @@ def _convert(source: GGUFSource, target: Path) -> None:
     # what was written, by digest: a later load verifies it, so altered or replaced weights are never measured
     # under this GGUF's name
     files = {p.name: file_sha256(p) for p in sorted(target.iterdir()) if p.is_file()}
-    (target / INFO_FILE).write_text(json.dumps({**source.facts("float32"), "files": files}, indent=2) + "\n")
+    (target / INFO_FILE).write_text(json.dumps({**source.info("float32"), "files": files}, indent=2) + "\n")
 
 
 def unsupported(source: GGUFSource, exc: BaseException) -> ModelLoadError:

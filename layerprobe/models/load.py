@@ -237,7 +237,7 @@ def load_model(
     if source == "gguf":
         where, in_file, gguf_source = load_gguf(path or resolve_gguf(spec, gguf_file, revision), cache)
         common = {"trust_remote_code": trust_remote_code, **({"gguf_file": in_file} if in_file else {})}
-        path, gguf = Path(where), gguf_source.facts(dtype)
+        path, gguf = Path(where), gguf_source.info(dtype)
     try:
         config = transformers.AutoConfig.from_pretrained(where, **common)
     except (OSError, ValueError, KeyError) as exc:

@@ -157,17 +157,17 @@ def conflicts(runs: list[Run]) -> list[str]:
 
 
 def describe(run: Run) -> list[tuple[str, Any]]:
-    """(label, value) facts for the run's header: the common ones and the command's own (runs/kinds.py)."""
+    """(label, value) lines of the run's header: the common ones and the command's own (its Kind's header)."""
     s, m = run.summary, run.manifest
-    facts = [("command", run.command), ("model", s.get("model")), ("layers", s.get("num_layers"))]
-    for label, key in run.kind.facts:
+    lines = [("command", run.command), ("model", s.get("model")), ("layers", s.get("num_layers"))]
+    for label, key in run.kind.header:
         if "{" in key:
-            facts.append((label, key.format_map(s) if all(f in s for f in _fields(key)) else None))
+            lines.append((label, key.format_map(s) if all(f in s for f in _fields(key)) else None))
         else:
-            facts.append((label, s.get(key)))
-    facts += [("device / dtype", f"{s.get('device')} / {s.get('dtype')}"), ("seconds", s.get("seconds")),
+            lines.append((label, s.get(key)))
+    lines += [("device / dtype", f"{s.get('device')} / {s.get('dtype')}"), ("seconds", s.get("seconds")),
               ("started", m.get("started")), ("layerprobe", m.get("layerprobe_version"))]
-    return [(k, v) for k, v in facts if v is not None]
+    return [(k, v) for k, v in lines if v is not None]
 
 
 def _fields(template: str) -> list[str]:

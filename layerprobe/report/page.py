@@ -151,7 +151,7 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
         body_html += [f"<h2>{heading}</h2>", '<div class="grid">']
         body_md += [f"## {heading}", ""]
         for index, run in enumerate(group):
-            facts = describe(run)
+            header = describe(run)
             notes = findings(run)
             wide = kind.wide_past is not None and (run.summary.get("num_layers") or 0) > kind.wide_past
             opening = '<section class="wide">' if wide else "<section>"
@@ -166,14 +166,14 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
                 figures.append(assets / name)
                 body_html.append(_img_tag(plot, f"{command} plot of {run.label}"))
                 body_md += [f"![{command} plot of {run.label}](report_files/{name})", ""]
-            fact_table = "".join(f"<tr><td>{html.escape(k)}</td><td>{_cell(v)}</td></tr>" for k, v in facts)
+            fact_table = "".join(f"<tr><td>{html.escape(k)}</td><td>{_cell(v)}</td></tr>" for k, v in header)
             body_html.append(f"<details><summary>Run facts</summary><table>{fact_table}</table>"
                              f'<p class="muted">{html.escape(str(run.folder))}</p></details>')
             table = kind.function("data_table")(run)
             body_html.append(f"<details open><summary>Per-layer numbers</summary><div class=\"scroll\">"
                              f"{_html_table(table)}</div></details>")
             body_html.append("</section>")
-            body_md += ["| fact | value |", "|---|---|"] + [f"| {_md(k)} | {_md(v)} |" for k, v in facts] + [""]
+            body_md += ["| fact | value |", "|---|---|"] + [f"| {_md(k)} | {_md(v)} |" for k, v in header] + [""]
             body_md += [_md_table(table), ""]
         body_html.append("</div>")
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -138,7 +138,7 @@ def settings_changed(old: Run, new: Run) -> list[str]:
     the two runs' manifests, and each resolved fact (tokens, seq_len, dtype, device) that differs."""
     from layerprobe.settings import identity, where_paths
 
-    settings = old.kind.settings  # the class the manifests' config is (runs/kinds.py)
+    settings = old.kind.config_class  # the class the manifests' config is (runs/kinds.py)
     changed = []
     a, b = old.manifest.get("config"), new.manifest.get("config")
     if settings is not None and isinstance(a, dict) and isinstance(b, dict):

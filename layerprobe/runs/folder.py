@@ -161,10 +161,16 @@ def written_by(folder: Path) -> tuple[str | None, set[str] | None]:
     return command, files
 
 
-def check_owned(folder: Path, command: str, flag: str) -> None:
-    """`flag` (--overwrite or --resume) acts only on a folder layerprobe wrote for `command`: an empty one, or one
-    whose record (lock, manifest.json) names `command` and every file in it. Anything else is a one-line error
-    naming a file layerprobe did not write; nothing is touched."""
+def name_of(command: Any) -> str | None:
+    """A command's name: its record's (commands.Command), or the name itself where only a manifest's is at hand."""
+    return getattr(command, "name", command)
+
+
+def check_owned(folder: Path, command: Any, flag: str) -> None:
+    """`flag` (--overwrite or --resume) acts only on a folder layerprobe wrote for `command` (its record, or a
+    manifest's name): an empty one, or one whose record (lock, manifest.json) names the command and every file in
+    it. Anything else is a one-line error naming a file layerprobe did not write; nothing is touched."""
+    command = name_of(command)
     if not folder.is_dir():
         return
     try:
@@ -457,11 +463,12 @@ def later_runs(folder: Path) -> list[Path]:
 
 
 def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = False,
-                    command: str | None = None) -> Path:
-    """Create and claim the run folder for `command`. A non-empty or claimed existing one gets a timestamped sibling
+                    command: Any = None) -> Path:
+    """Create and claim the run folder for `command` (its record, commands.Command). A non-empty or claimed existing one gets a timestamped sibling
     unless overwrite/resume; with those, the folder must be `command`'s run, holding only files layerprobe wrote
     (check_owned), and one another live process is writing is an error. resume: the folder must exist already. An
     unwritable path is a one-line error before any work. (command None: an older caller, nothing checked.)"""
+    command = name_of(command)
     path = Path(out)
     if not path.name:  # '.', '..', '/': a timestamped sibling needs a name, so the folder is named by its own path
         path = path.resolve()

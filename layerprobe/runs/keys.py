@@ -21,38 +21,40 @@ class Key:
     optional: bool = False  # the value may be null
 
 
-S, I, F, B, L, D = (str,), (int,), (int, float), (bool,), (list,), (dict,)
+# what a Key's value may be
+TEXT, INTEGER, NUMBER, FLAG, LIST, MAPPING = (str,), (int,), (int, float), (bool,), (list,), (dict,)
+S, I, F, B, L, D = TEXT, INTEGER, NUMBER, FLAG, LIST, MAPPING  # their old one-letter names, kept for older records
 
 MODEL = (  # what the loaded model was: commands/probe.Probe.facts
-    Key("model", S, "MODEL as given (hub id, folder, .gguf file, embedded name)"),
-    Key("model_source", S, "embedded, local, hub or gguf"),
-    Key("model_path", S, "the local folder the weights were read from", optional=True),
-    Key("revision", S, "hub revision", optional=True),
-    Key("weights", S, "fingerprint of the weights: a GGUF's sha256, or sha256 over each weight file's name, size, "
+    Key("model", TEXT, "MODEL as given (hub id, folder, .gguf file, embedded name)"),
+    Key("model_source", TEXT, "embedded, local, hub or gguf"),
+    Key("model_path", TEXT, "the local folder the weights were read from", optional=True),
+    Key("revision", TEXT, "hub revision", optional=True),
+    Key("weights", TEXT, "fingerprint of the weights: a GGUF's sha256, or sha256 over each weight file's name, size, "
         "first and last MiB", optional=True),
-    Key("gguf", D, "a GGUF source: file, sha256, architecture, quantization, dequantized_to", optional=True),
-    Key("quantization", D, "quantized weights: method, bits, on_load", optional=True),
-    Key("architecture", S, "the transformers class measured"),
-    Key("layers_path", S, "dotted path of the block list measured"),
-    Key("stack", S, "encoder, decoder, language or vision in a model with several stacks", optional=True),
-    Key("num_layers", I, "blocks in the stack"),
-    Key("layer_types", L, "the kind of each block (attention, mamba, sliding_attention, ...)", optional=True),
-    Key("placement", S, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
+    Key("gguf", MAPPING, "a GGUF source: file, sha256, architecture, quantization, dequantized_to", optional=True),
+    Key("quantization", MAPPING, "quantized weights: method, bits, on_load", optional=True),
+    Key("architecture", TEXT, "the transformers class measured"),
+    Key("layers_path", TEXT, "dotted path of the block list measured"),
+    Key("stack", TEXT, "encoder, decoder, language or vision in a model with several stacks", optional=True),
+    Key("num_layers", INTEGER, "blocks in the stack"),
+    Key("layer_types", LIST, "the kind of each block (attention, mamba, sliding_attention, ...)", optional=True),
+    Key("placement", TEXT, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
         "unknown", required=False),
-    Key("placement_by_layer", L, "the placement of each block", required=False),
-    Key("dtype", S, "the dtype the model ran in"),
-    Key("device", S, "the device the model ran on"),
+    Key("placement_by_layer", LIST, "the placement of each block", required=False),
+    Key("dtype", TEXT, "the dtype the model ran in"),
+    Key("device", TEXT, "the device the model ran on"),
 )
 RUN = (
-    Key("command", S, "the command that wrote the folder"),
-    Key("schema_version", I, "version of this record"),
-    Key("seconds", F, "working time, interrupted parts included"),
-    Key("warnings", L, "what the run warned about, one sentence each"),
+    Key("command", TEXT, "the command that wrote the folder"),
+    Key("schema_version", INTEGER, "version of this record"),
+    Key("seconds", NUMBER, "working time, interrupted parts included"),
+    Key("warnings", LIST, "what the run warned about, one sentence each"),
 )
 CORPUS = (
-    Key("dataset", S, "the probe corpus, as described to a reader"),
-    Key("tokens", I, "token positions processed", optional=True),
-    Key("seq_len", I, "packed sequence length in use"),
+    Key("dataset", TEXT, "the probe corpus, as described to a reader"),
+    Key("tokens", INTEGER, "token positions processed", optional=True),
+    Key("seq_len", INTEGER, "packed sequence length in use"),
 )
 
 SUMMARIES: dict[str, tuple[Key, ...]] = Registry("summary record")  # command -> its keys, in registration order (docs/outputs.md's order)

@@ -34,7 +34,8 @@ class Kind:
     tables: tuple[tuple[str, bool], ...]  # (CSV file, required) a finished run holds
     plot: str  # the figure the report shows
     heading: str  # the report's section heading
-    facts: tuple[tuple[str, str], ...]  # header facts: (label, summary key or a format string of summary keys)
+    header: tuple[tuple[str, str], ...]  # the report header's lines: (label, summary key or a format string of
+    # summary keys)
     findings: str | Callable  # (run) -> list of sentences ('module:function' or the function)
     data_table: str | Callable  # (run) -> the per-layer DataFrame printed under the plot
     comparer: str | Callable | None = None  # (old, new, tolerance, into, name), None: not comparable
@@ -42,12 +43,23 @@ class Kind:
     label_word: str = ""  # a word after it, so two kinds of one task read apart ("kl" and "kl curve")
     overlay: str | Callable | None = None  # (run) -> (layers, values): one line of the report's overlay
     overlay_axis: tuple[str, str] = ("", "")  # the overlay's (y label, title)
-    settings: type | None = None  # the settings class its manifest's config is (compare: what changed)
+    config_class: type | None = None  # the settings class its run takes whole and its manifests' "config" holds
+    # (compare: what changed); a curve's is PruneConfig, not its record's Command.settings (CurveSettings)
     shared_plots: str | Callable | None = None  # (runs, folder) -> {index: figure}: plots drawn again alike when
     # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
     tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
     reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
+
+    @property
+    def facts(self) -> tuple[tuple[str, str], ...]:
+        """The old name of header (kept for readers written before the rename)."""
+        return self.header
+
+    @property
+    def settings(self) -> type | None:
+        """The old name of config_class (kept for readers written before the rename)."""
+        return self.config_class
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function an attribute holds, imported first where it is named as 'module:function'."""

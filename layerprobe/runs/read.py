@@ -18,7 +18,7 @@ class Run:
     """One run folder, loaded."""
 
     folder: Path
-    command: str  # angular, prune, gradnorm or toy
+    command: str  # the command that wrote it: its record's name, a key of KINDS (every registered command)
     summary: dict
     manifest: dict
     tables: dict[str, Any] = field(default_factory=dict)  # file stem -> DataFrame
@@ -51,7 +51,7 @@ class Run:
 
 def _columns(table: str, what: str) -> tuple[str, ...]:
     """The columns of a CSV that identify a row (key), hold numbers (number) or are never NaN (always), as
-    runs/columns.py declares them (a table registered later included)."""
+    its command's record declares them (TABLES, filled from the records: a table registered later included)."""
     return tuple(c.name for c in (TABLES[table].columns if table in TABLES else ()) if getattr(c, what))
 
 

@@ -12,24 +12,26 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.errors import RunError, first_line
-from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_owned, check_same_settings, read_json, write_csv,
-                                    write_json)
+from layerprobe.runs.folder import (LOCK, atomic_write_bytes, check_owned, check_same_settings, name_of, read_json,
+                                    write_csv, write_json)
 from layerprobe.settings import RESOLVED  # identity keys of what a setting came to on the machine (Mark.resolved)
 
 IDENTITY = "identity.json"
 
 
-def check_resume(folder: Path, command: str, config: Any, finished_resumes: bool = False) -> None:
-    """--resume, checked before the folder or the model is touched: the folder holds this command's run, started
+def check_resume(folder: Path, command: Any, config: Any, finished_resumes: bool = False) -> None:
+    """--resume, checked before the folder or the model is touched: the folder holds this command's (its record's)
+    run, started
     with the same settings (every setting marked as changing the numbers, settings.identity). A finished run is
     refused unless `finished_resumes` (a sweep: resuming it rewrites the outputs a fresh run would). A folder
     with no saved work (killed before its first save) resumes from the start."""
+    command = name_of(command)
     if resume_state(folder, command, config) == "finished" and not finished_resumes:
         raise RunError(f"--resume: '{folder}' holds a finished {command} run: nothing to resume. Run without "
                        "--resume (a new folder), or with --overwrite to replace it.")
 
 
-def resume_state(folder: Path, command: str, config: Any) -> str:
+def resume_state(folder: Path, command: Any, config: Any) -> str:
     """What --resume finds in `folder` for `command` run with `config`: "missing" (no folder), "finished" (its
     manifest.json and no lock) or "unfinished", after checking that the folder holds only this command's files and
     that what it saved was started with the same settings (a RunError naming the first that differ)."""

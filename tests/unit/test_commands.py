@@ -148,11 +148,15 @@ def test_run_folders_are_named_by_each_record():
 
 def test_a_project_out_is_the_parent_of_the_records_folder(tmp_path, monkeypatch):
     from layerprobe.cli.common import resolve_settings
-    from layerprobe.config import PruneConfig
+    from layerprobe.commands.prune import PRUNE_COMMAND
 
     (tmp_path / "pyproject.toml").write_text('[tool.layerprobe]\nout = "ci"\n')
     monkeypatch.chdir(tmp_path)
-    config, _ = resolve_settings(PruneConfig, {"task": "arc_easy", "part": "mlp"}, command="prune")
+    config, _ = resolve_settings(PRUNE_COMMAND, {"task": "arc_easy", "part": "mlp"})
     assert config.out == "ci/prune-arc_easy-mlp"
-    config, _ = resolve_settings(PruneConfig, {"task": "arc_easy", "out": "here"}, command="prune")
+    config, _ = resolve_settings(PRUNE_COMMAND, {"task": "arc_easy", "out": "here"})
     assert config.out == "here"
+    from layerprobe.commands.heal import COMMAND as HEAL
+
+    config, _ = resolve_settings(HEAL, {"remove": "1"})  # heal too: its record's folder under the project's out
+    assert config.out == "ci/heal"

@@ -13,9 +13,12 @@ from layerprobe.errors import ConfigError, LayerprobeError
 from layerprobe.registry import Registry, UnknownName
 from layerprobe.runs.columns import TABLES, Column, Table
 from layerprobe.runs.keys import SUMMARIES, Key
+from layerprobe.evaluation.metric import METRICS
 from layerprobe.runs.kinds import KINDS
+from layerprobe.strategies import STRATEGIES
 
-REGISTRIES = {"COMMANDS": COMMANDS, "KINDS": KINDS, "SUMMARIES": SUMMARIES, "TABLES": TABLES}
+REGISTRIES = {"COMMANDS": COMMANDS, "KINDS": KINDS, "SUMMARIES": SUMMARIES, "TABLES": TABLES, "METRICS": METRICS,
+              "STRATEGIES": STRATEGIES}
 
 
 @pytest.mark.parametrize("name", list(REGISTRIES))

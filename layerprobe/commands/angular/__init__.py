@@ -6,7 +6,7 @@ from __future__ import annotations
 from layerprobe.commands.record import Command, named
 from layerprobe.config import AngularConfig
 from layerprobe.runs.columns import LAYERS, Column
-from layerprobe.runs.keys import CORPUS, MODEL, RUN, F, I, Key, L, S
+from layerprobe.runs.keys import CORPUS, INTEGER, LIST, MODEL, NUMBER, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind, Tolerance
 
 ANGULAR = (  # angular.csv: one row per block of n layers starting at l
@@ -16,22 +16,22 @@ ANGULAR = (  # angular.csv: one row per block of n layers starting at l
     Column("tokens", "positions measured", "positions"),
 )
 SUMMARY = RUN + MODEL + CORPUS + (
-    Key("batch_size", I, "sequences per forward"),
-    Key("positions", S, "all tokens, or the last of each sequence"),
-    Key("tokens_requested", I, "--tokens"),
-    Key("measured_positions", I, "positions in the distance sums"),
-    Key("rank_tokens", I, "positions in the effective-rank sample"),
-    Key("processes", I, "processes the pass ran on"),
-    Key("peak_gpu_memory_gib", F, "peak GPU memory", optional=True),
-    Key("logit_lens_tokens", I, "positions of the logit-lens column (0: none)"),
-    Key("prune_first", L, "per block size n: the block (layer, layers, distance) with the smallest d(l, n)"),
+    Key("batch_size", INTEGER, "sequences per forward"),
+    Key("positions", TEXT, "all tokens, or the last of each sequence"),
+    Key("tokens_requested", INTEGER, "--tokens"),
+    Key("measured_positions", INTEGER, "positions in the distance sums"),
+    Key("rank_tokens", INTEGER, "positions in the effective-rank sample"),
+    Key("processes", INTEGER, "processes the pass ran on"),
+    Key("peak_gpu_memory_gib", NUMBER, "peak GPU memory", optional=True),
+    Key("logit_lens_tokens", INTEGER, "positions of the logit-lens column (0: none)"),
+    Key("prune_first", LIST, "per block size n: the block (layer, layers, distance) with the smallest d(l, n)"),
 )
 READ = f"{__name__}.read:"  # read.py: its findings, per-layer table, overlay, comparer, heatmaps, imported on first use
 KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.png",
             "Angular distance between block inputs",
             (("normalization", "placement"), ("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
             READ + "angular_findings", READ + "angular_table", READ + "compare_angular",
-            overlay=READ + "angular_by_depth", settings=AngularConfig, shared_plots=READ + "shared_heatmaps",
+            overlay=READ + "angular_by_depth", config_class=AngularConfig, shared_plots=READ + "shared_heatmaps",
             overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"),
             tolerances=(Tolerance("angular", 0.02, "absolute change of any d(l, n); monitor runs: of each d(l, 1) at "
                                   "each measured step"),))

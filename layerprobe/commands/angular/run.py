@@ -191,9 +191,9 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
     if config.resume:
         if world.size > 1:
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")
-        check_resume(Path(out), "angular", config)
+        check_resume(Path(out), COMMAND, config)
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
-    folder = prepare_run_dir(out, config.overwrite, config.resume, "angular") if world.main else None
+    folder = prepare_run_dir(out, config.overwrite, config.resume, COMMAND) if world.main else None
     corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
     head = lens_head(config)
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
@@ -329,10 +329,10 @@ def write_angular_run(folder: Path, stats: Any, facts: dict, config: AngularConf
         {"n": int(r.n), "layer": int(r.layer), "layers": ranges_label(list(range(int(r.layer), int(r.layer + r.n)))), "distance": float(r.distance)}
         for r in best.itertuples()
     ]
-    summary = {"command": "angular", **facts, "seconds": round(seconds, 3), "prune_first": best_per_n,
+    summary = {**facts, "seconds": round(seconds, 3), "prune_first": best_per_n,
                "warnings": warnings}
     title = f"{model_label(facts['model'])}: angular distance over {facts['tokens']:,} tokens ({facts['positions']} positions)"
     figure = angular_heatmap(stats.distance.numpy(), title, kinds=kinds)
-    return write_run(folder, "angular", tables={"angular": angular, "layers": layers}, figures={"heatmap": figure},
+    return write_run(folder, COMMAND, tables={"angular": angular, "layers": layers}, figures={"heatmap": figure},
                      summary=summary, config=config, started=started, seconds=seconds, facts=facts,
                      formats=config.formats)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from layerprobe.commands.record import Command, named
 from layerprobe.config import GradnormConfig, TrainSettings
 from layerprobe.runs.columns import MONITOR, Column
-from layerprobe.runs.keys import RUN, D, F, I, Key, L, S
+from layerprobe.runs.keys import INTEGER, LIST, MAPPING, NUMBER, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind, Tolerance
 
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
@@ -51,33 +51,33 @@ TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of ea
     *MONITOR,
 )
 SUMMARY = RUN + (
-    Key("model", S, "the checkpoint, or the in-house size"),
-    Key("arch", S, "in-house size", optional=True),
-    Key("dataset", S, "the corpus of the batches"),
-    Key("seq_len", I, "tokens per sequence"),
-    Key("batch_size", I, "sequences per batch"),
-    Key("seeds", I, "initializations per placement"),
-    Key("batches", I, "batches per initialization"),
-    Key("device", S, "the device"),
-    Key("dtype", S, "the parameter dtype"),
-    Key("steps", I, "training steps"),
-    Key("record_steps", L, "the steps measured"),
-    Key("peak_gpu_memory_gib", F, "peak GPU memory", optional=True),
-    Key("lr", F, "--steps: peak learning rate", required=False),
-    Key("warmup", I, "--steps: warmup steps", required=False),
-    Key("clip", F, "--steps: gradient clipping", required=False),
-    Key("placements", D, "per placement: late-over-early ratios of parameter and input gradient norms and of the "
+    Key("model", TEXT, "the checkpoint, or the in-house size"),
+    Key("arch", TEXT, "in-house size", optional=True),
+    Key("dataset", TEXT, "the corpus of the batches"),
+    Key("seq_len", INTEGER, "tokens per sequence"),
+    Key("batch_size", INTEGER, "sequences per batch"),
+    Key("seeds", INTEGER, "initializations per placement"),
+    Key("batches", INTEGER, "batches per initialization"),
+    Key("device", TEXT, "the device"),
+    Key("dtype", TEXT, "the parameter dtype"),
+    Key("steps", INTEGER, "training steps"),
+    Key("record_steps", LIST, "the steps measured"),
+    Key("peak_gpu_memory_gib", NUMBER, "peak GPU memory", optional=True),
+    Key("lr", NUMBER, "--steps: peak learning rate", required=False),
+    Key("warmup", INTEGER, "--steps: warmup steps", required=False),
+    Key("clip", NUMBER, "--steps: gradient clipping", required=False),
+    Key("placements", MAPPING, "per placement: late-over-early ratios of parameter and input gradient norms and of the "
         "output variance"),
-    Key("final_loss", D, "--steps: the last step's mean loss per placement", required=False),
-    Key("monitor_every", I, "--steps: training.csv measured every N steps", required=False),
-    Key("training", D, "--steps: per placement (seeds averaged), the step from which the deep third's mean "
+    Key("final_loss", MAPPING, "--steps: the last step's mean loss per placement", required=False),
+    Key("monitor_every", INTEGER, "--steps: training.csv measured every N steps", required=False),
+    Key("training", MAPPING, "--steps: per placement (seeds averaged), the step from which the deep third's mean "
         "d(l, 1) stays below the shallow third's (crossover_step, null: not below at the end) and the two "
         "thirds' means at the last step", required=False),
 )
 READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "gradnorm.png", "Gradient norms by layer",
             (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
-            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", settings=GradnormConfig,
+            READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", config_class=GradnormConfig,
             tolerances=(Tolerance("gradnorm", 0.25, "relative change of any block's gradient norm, params or input; "
                                   "monitor runs: at each measured step"),
                         Tolerance("variance", 0.25, "relative change of any block's output variance")))

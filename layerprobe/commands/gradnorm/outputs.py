@@ -12,7 +12,7 @@ from layerprobe.runs.folder import model_label
 from layerprobe.plots.gradnorm import gradnorm_figure, variance_by_step_figure
 from layerprobe.plots.monitor import training_figure
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.commands.gradnorm import GRADNORM, TRAINING
+from layerprobe.commands.gradnorm import COMMAND, GRADNORM, TRAINING
 from layerprobe.runs.columns import names
 
 GradnormRun = RunResult  # tables: gradnorm, gradnorm_samples, variance (and loss with --steps)
@@ -110,12 +110,12 @@ def write_gradnorm_outputs(folder: Path, tables: GradnormTables, config: Any, fa
     training = training_summary(tables.training) if len(tables.training) else {}
     if training:
         figures["training"] = training_figure(tables.training, training, titled)
-    summary = {"command": "gradnorm", **facts, "placements": placements_summary(table, variance),
+    summary = {**facts, "placements": placements_summary(table, variance),
                "seconds": round(seconds, 3), "warnings": warnings}
     if len(losses):
         final = losses[losses["step"] == losses["step"].max()].groupby("norm", sort=False)["loss"].mean()
         summary["final_loss"] = {norm: float(v) for norm, v in final.items()}
     if training:
         summary["training"] = training
-    return write_run(folder, "gradnorm", tables=csvs, figures=figures, summary=summary, config=config,
+    return write_run(folder, COMMAND, tables=csvs, figures=figures, summary=summary, config=config,
                      started=started, seconds=seconds, facts=facts, formats=config.formats)

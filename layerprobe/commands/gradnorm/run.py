@@ -290,7 +290,7 @@ def _open_store(config: GradnormConfig, world: World, subjects: Subjects) -> Job
     store = None
     folder = None
     if world.main:
-        folder = prepare_run_dir(out, config.overwrite, config.resume, "gradnorm")
+        folder = prepare_run_dir(out, config.overwrite, config.resume, COMMAND)
         store = JobStore(folder, identity, config.resume)
     folder = Path(world.gather(str(folder) if world.main else None)[0])
     return store or JobStore(folder, identity, config.resume, owner=False)
@@ -307,9 +307,9 @@ def run_gradnorm(config: GradnormConfig, progress: Progress = silent) -> Gradnor
     world.refuse_device_map(config.model.device_map if config.model else None)
     steps = _validate(config)
     if config.resume and world.main:  # before the folder or the model is touched
-        check_resume(Path(_out(config)), "gradnorm", config)
+        check_resume(Path(_out(config)), COMMAND, config)
     elif config.overwrite and world.main:
-        check_owned(Path(_out(config)), "gradnorm", "--overwrite")
+        check_owned(Path(_out(config)), COMMAND, "--overwrite")
     corpus = open_corpus(config.data.dataset, config.data.text_field)
     subjects = _inhouse(config, world) if config.model is None else _checkpoint(config, world)
 

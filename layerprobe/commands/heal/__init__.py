@@ -82,7 +82,7 @@ KIND = Kind("heal", (("heal.csv", True), ("replace.csv", False)), "heal.png",
             "Healing after removal: LoRA, the tail, or linear replacement of the removed blocks",
             (("removed", "removed"), ("method", "method"), ("objective", "objective"), ("steps", "steps"),
              ("dataset", "dataset")),
-            READ + "heal_findings", READ + "heal_table", settings=HealConfig,
+            READ + "heal_findings", READ + "heal_table", config_class=HealConfig,
             reads=("removed", "heldout_before", "heldout_after"))
 COMMAND = Command("heal", "layerprobe.cli.heal:heal", "layerprobe.commands.heal.run:run_heal", settings=HealConfig,
                   kind=KIND, summary=SUMMARY, tables={"heal.csv": HEAL, "replace.csv": REPLACE}, folder=named("heal"))

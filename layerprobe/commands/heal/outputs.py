@@ -122,7 +122,7 @@ def heal_summary(config: HealConfig, probe: Any, facts: dict, ids: list[int], de
                  seconds: float, folder: Path) -> dict:
     """summary.json (runs/schema.py, heal): what every method writes, and the method's own `details`."""
     healed = saved["healing"]
-    return {"command": "heal", **facts, "dataset": probe.corpus.description, "tokens": config.data.tokens,
+    return {**facts, "dataset": probe.corpus.description, "tokens": config.data.tokens,
             "seq_len": probe.seq_len, "batch_size": config.data.batch_size, "removed": ranges_label(ids),
             "removed_layers": ids, "num_layers_healed": len(probe.stack) - len(ids), "method": config.method,
             **details, "heldout_before": healed["heldout_before"], "heldout_after": healed["heldout_after"],

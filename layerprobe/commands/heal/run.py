@@ -188,9 +188,9 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     check_out_apart(out, {"the model": spec if spec and Path(spec).is_dir() else None,
                           "the --from-curve run": config.from_curve})
     if config.resume:
-        check_resume(out, "heal", config)
+        check_resume(out, COMMAND, config)
     elif config.overwrite:  # refused before the model loads, not after
-        check_owned(out, "heal", "--overwrite")
+        check_owned(out, COMMAND, "--overwrite")
     model_options = dataclasses.replace(config.model, model=spec)
     if record is None and not config.from_curve and isinstance(remove, str):  # a range outside: refused before the load
         refuse_ranges_early(model_options, remove=remove)
@@ -206,7 +206,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     if is_encoder(probe.model):
         raise ConfigError(f"heal trains a causal language model and '{spec}' is an encoder: pass a decoder model.")
     data = load_data(config, probe, config.calibration_tokens if replacing else None)
-    folder = prepare_run_dir(out, config.overwrite, config.resume, "heal")
+    folder = prepare_run_dir(out, config.overwrite, config.resume, COMMAND)
     with probe.loaded.as_saved():  # the copy keeps the checkpoint's own config (use_cache) for the merged save
         student = copy.deepcopy(probe.model)
     method = _replaced if replacing else _trained
@@ -217,7 +217,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     title = (f"{model_label(spec)} without {summary['removed']} ({len(ids)} of {len(probe.stack)} layers removed): "
              f"{what}")
     figure = heal_plot(table, title, summary.get("heldout_unpruned_ppl"))
-    result = write_run(folder, "heal", tables={"heal": table}, figures={"heal": figure}, summary=summary,
+    result = write_run(folder, COMMAND, tables={"heal": table}, figures={"heal": figure}, summary=summary,
                        config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                        warnings=probe.warnings)
     (folder / PassCheckpoint.FILE).unlink(missing_ok=True)  # the training's save, once the run is whole

@@ -6,34 +6,34 @@ from __future__ import annotations
 from layerprobe.commands.record import Command
 from layerprobe.config import MonitorSettings
 from layerprobe.runs.columns import MONITOR
-from layerprobe.runs.keys import RUN, D, I, Key, L, S
+from layerprobe.runs.keys import INTEGER, LIST, MAPPING, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind
 
 SUMMARY = RUN + (
-    Key("model", S, "the trained model: its name_or_path, or its class"),
-    Key("architecture", S, "the model's class"),
-    Key("layers_path", S, "dotted path of the block list measured"),
-    Key("num_layers", I, "blocks in the stack"),
-    Key("dataset", S, "the probe corpus (or 'the given probe batches')"),
-    Key("tokens", I, "probe positions measured at each step"),
-    Key("seq_len", I, "probe sequence length"),
-    Key("batch_size", I, "probe sequences per forward"),
-    Key("every", I, "measured every N optimizer steps"),
-    Key("steps", L, "the steps measured"),
-    Key("processes", I, "processes of the training run (DDP ranks share the probe batches)"),
-    Key("device", S, "the device the model trained on"),
-    Key("dtype", S, "the model's parameter dtype"),
-    Key("crossover_step", I, "the first measured step from which the deep third's mean d(l, 1) stays below the "
+    Key("model", TEXT, "the trained model: its name_or_path, or its class"),
+    Key("architecture", TEXT, "the model's class"),
+    Key("layers_path", TEXT, "dotted path of the block list measured"),
+    Key("num_layers", INTEGER, "blocks in the stack"),
+    Key("dataset", TEXT, "the probe corpus (or 'the given probe batches')"),
+    Key("tokens", INTEGER, "probe positions measured at each step"),
+    Key("seq_len", INTEGER, "probe sequence length"),
+    Key("batch_size", INTEGER, "probe sequences per forward"),
+    Key("every", INTEGER, "measured every N optimizer steps"),
+    Key("steps", LIST, "the steps measured"),
+    Key("processes", INTEGER, "processes of the training run (DDP ranks share the probe batches)"),
+    Key("device", TEXT, "the device the model trained on"),
+    Key("dtype", TEXT, "the model's parameter dtype"),
+    Key("crossover_step", INTEGER, "the first measured step from which the deep third's mean d(l, 1) stays below the "
         "shallow third's (null: not below at the last step)", optional=True),
-    Key("last", D, "at the last measured step: shallow and deep thirds' mean d(l, 1), and the late-over-early "
+    Key("last", MAPPING, "at the last measured step: shallow and deep thirds' mean d(l, 1), and the late-over-early "
         "ratios of the gradient norm and of the variance"),
-    Key("trainer", D, "the HF Trainer's max_grad_norm and gradient_accumulation_steps (LayerprobeCallback)",
+    Key("trainer", MAPPING, "the HF Trainer's max_grad_norm and gradient_accumulation_steps (LayerprobeCallback)",
         required=False),
-    Key("lightning", D, "Lightning's gradient_clip_val and accumulate_grad_batches (LayerprobeLightningCallback)",
+    Key("lightning", MAPPING, "Lightning's gradient_clip_val and accumulate_grad_batches (LayerprobeLightningCallback)",
         required=False),
-    Key("placement", S, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
+    Key("placement", TEXT, "where the blocks normalize, read from one forward: pre, post, peri (sandwich), mix or "
         "unknown"),
-    Key("placement_by_layer", L, "the placement of each block"),
+    Key("placement_by_layer", LIST, "the placement of each block"),
 )
 READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and comparer, imported on first use
 KIND = Kind("monitor", (("monitor.csv", True),), "monitor.png", "During training: d(l, 1) and gradient norms by step",

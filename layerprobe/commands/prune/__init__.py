@@ -10,7 +10,7 @@ from layerprobe.config import CurveSettings, PruneConfig
 from layerprobe.evaluation.variants import shard_suffix
 from layerprobe.runs.columns import Column, Table
 from layerprobe.runs.folder import slug
-from layerprobe.runs.keys import CORPUS, MODEL, RUN, B, D, F, I, Key, L, S
+from layerprobe.runs.keys import CORPUS, FLAG, INTEGER, LIST, MAPPING, MODEL, NUMBER, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind, Tolerance
 
 PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
@@ -103,106 +103,106 @@ CURVE_PAIRED = tuple(c for c in PAIRED if c.name in ("delta_stderr", "delta_lo",
 CORPUS_SOME = tuple(Key(k.name, k.types, f"ppl/kl/drift (dataset: squad too): {k.meaning}", required=False,
                         optional=k.optional) for k in CORPUS)
 SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, facts)
-    Key("questions", I, "squad: questions scored", required=False),
-    Key("windows", I, "squad: context windows scored", required=False),
-    Key("limit", F, "lm-eval/squad: --limit", required=False, optional=True),
-    Key("max_length", I, "squad: window length", required=False),
-    Key("doc_stride", I, "squad: window stride", required=False),
-    Key("num_fewshot", I, "lm-eval: the few-shot examples it used per question (--num-fewshot, else the task's "
+    Key("questions", INTEGER, "squad: questions scored", required=False),
+    Key("windows", INTEGER, "squad: context windows scored", required=False),
+    Key("limit", NUMBER, "lm-eval/squad: --limit", required=False, optional=True),
+    Key("max_length", INTEGER, "squad: window length", required=False),
+    Key("doc_stride", INTEGER, "squad: window stride", required=False),
+    Key("num_fewshot", INTEGER, "lm-eval: the few-shot examples it used per question (--num-fewshot, else the task's "
         "default; null: its tasks use different counts, see num_fewshot_by_task)", required=False, optional=True),
-    Key("num_fewshot_by_task", D, "lm-eval: each task's few-shot count as used", required=False, optional=True),
-    Key("seed", I, "lm-eval: seed", required=False),
-    Key("fewshot_seed", I, "lm-eval: few-shot sampling seed", required=False),
-    Key("shared_prefix", D, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "
+    Key("num_fewshot_by_task", MAPPING, "lm-eval: each task's few-shot count as used", required=False, optional=True),
+    Key("seed", INTEGER, "lm-eval: seed", required=False),
+    Key("fewshot_seed", INTEGER, "lm-eval: few-shot sampling seed", required=False),
+    Key("shared_prefix", MAPPING, "lm-eval: the shared-prefix batch (batch_size, longest_tokens, gib_per_sequence, "
         "budget_gib), null when each variant ran on its own", required=False, optional=True),
-    Key("prefix_cache", D, "lm-eval: which path scored the requests (path: 'prefix cache', 'shared layers' or 'per "
+    Key("prefix_cache", MAPPING, "lm-eval: which path scored the requests (path: 'prefix cache', 'shared layers' or 'per "
         "variant', and the reason when not the prefix cache), the groups of rows sharing a few-shot prefix (groups, "
         "rows, prefix_tokens, over_memory: groups scored whole to fit --max-memory), and the block-tokens computed "
         "(block_tokens) next to what per-variant lm-eval computes for the same rows (naive_block_tokens); counts "
         "are this process's (merge: the shards' summed)", required=False, optional=True),
-    Key("mmlu_data", S, "--mmlu-data file", required=False, optional=True),
-    Key("task_data", S, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
+    Key("mmlu_data", TEXT, "--mmlu-data file", required=False, optional=True),
+    Key("task_data", TEXT, "lm-eval: the local copies of the datasets the tasks read (null: the hub)", required=False,
         optional=True),
-    Key("splits", D, "lm-eval: per task, the split scored, its documents and how many of them were scored (--limit)",
+    Key("splits", MAPPING, "lm-eval: per task, the split scored, its documents and how many of them were scored (--limit)",
         required=False),
-    Key("shard", D, "--shard K/N: index, count, sweep_variants, variants", required=False),
-    Key("groups", D, "lm-eval: each group and the leaf tasks under it (the documents of a group's metric in the "
+    Key("shard", MAPPING, "--shard K/N: index, count, sweep_variants, variants", required=False),
+    Key("groups", MAPPING, "lm-eval: each group and the leaf tasks under it (the documents of a group's metric in the "
         "records)", required=False, optional=True),
-    Key("records", S, "the per-document records file (samples.csv.gz), null when the sweep wrote none",
+    Key("records", TEXT, "the per-document records file (samples.csv.gz), null when the sweep wrote none",
         required=False, optional=True),
-    Key("correction", S, "the multiple-testing correction of `significant` in the CSVs: holm (Holm's step-down over "
+    Key("correction", TEXT, "the multiple-testing correction of `significant` in the CSVs: holm (Holm's step-down over "
         "the variants of each metric, family-wise error 0.05)", required=False),
 )
 DECISIONS = (  # what each run's sentences are tested by (commands/prune/decide.py); absent in runs before them
-    Key("documents", I, "documents (questions, sequences) the unpruned model's records hold for the metric (0: no "
+    Key("documents", INTEGER, "documents (questions, sequences) the unpruned model's records hold for the metric (0: no "
         "records)", required=False),
-    Key("min_documents", I, "below this many documents the findings rank but do not test ('too few documents to "
+    Key("min_documents", INTEGER, "below this many documents the findings rank but do not test ('too few documents to "
         "test')", required=False),
-    Key("family", D, "the Holm family of the `significant` flags: name (main or all, --family), metric, size (tests "
+    Key("family", MAPPING, "the Holm family of the `significant` flags: name (main or all, --family), metric, size (tests "
         "in it), rule", required=False, optional=True),
-    Key("detectable", D, "per metric (and 'gold loglikelihood'), the minimum detectable effect: the smallest true "
+    Key("detectable", MAPPING, "per metric (and 'gold loglikelihood'), the minimum detectable effect: the smallest true "
         "change seen with 80% power at the family's Holm-worst level alpha / size, (z_{1 - level/2} + z_0.8) x the "
         "median paired stderr over the variants; documents, stderr, family, level, power, change", required=False),
-    Key("chance_test", D, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
+    Key("chance_test", MAPPING, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
         "binomial test each (chance, baseline: correct, n, p; variants_at_chance: the variants it cannot tell from "
         "chance; p per variant); null for other tasks", required=False, optional=True),
-    Key("rederived", D, "present when the decisions were recomputed from the records by a later layerprobe "
+    Key("rederived", MAPPING, "present when the decisions were recomputed from the records by a later layerprobe "
         "(commands/prune/rederive.py): version and what was recomputed", required=False, optional=True),
 )
 PRUNE_COMMON = (
-    Key("task", S, "--task"),
-    Key("part", S, "block, attn or mlp"),
-    Key("sublayer", S, "how --part attn|mlp removed a sub-layer: branch (zeroed, norms kept) or module (skipped, its own norm too)", required=False),
-    Key("metric", S, "the metric of the summary and the plot"),
-    Key("higher_is_better", B, "the metric's direction"),
-    Key("baseline", F, "the unpruned model's score", optional=True),
-    Key("angular_run", S, "the angular run of the same model used for the correlations", optional=True),
+    Key("task", TEXT, "--task"),
+    Key("part", TEXT, "block, attn or mlp"),
+    Key("sublayer", TEXT, "how --part attn|mlp removed a sub-layer: branch (zeroed, norms kept) or module (skipped, its own norm too)", required=False),
+    Key("metric", TEXT, "the metric of the summary and the plot"),
+    Key("higher_is_better", FLAG, "the metric's direction"),
+    Key("baseline", NUMBER, "the unpruned model's score", optional=True),
+    Key("angular_run", TEXT, "the angular run of the same model used for the correlations", optional=True),
 )
 
 PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
-    Key("block", I, "layers removed per variant"),
-    Key("variants", I, "variants scored"),
-    Key("least_important", L, "the variants whose removal costs least (at most 3)"),
-    Key("most_important", L, "the variants whose removal costs most (at most 3)"),
-    Key("spearman_angular_delta", F, "Spearman(d(l, block), dP) with the angular run", optional=True),
-    Key("spearman_delta", D, "Spearman of each cheap signal of the angular run with dP"),
-    Key("significant", L, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
+    Key("block", INTEGER, "layers removed per variant"),
+    Key("variants", INTEGER, "variants scored"),
+    Key("least_important", LIST, "the variants whose removal costs least (at most 3)"),
+    Key("most_important", LIST, "the variants whose removal costs most (at most 3)"),
+    Key("spearman_angular_delta", NUMBER, "Spearman(d(l, block), dP) with the angular run", optional=True),
+    Key("spearman_delta", MAPPING, "Spearman of each cheap signal of the angular run with dP"),
+    Key("significant", LIST, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
         "Holm's correction), costliest first; empty without records", required=False),
-    Key("clustered", D, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
+    Key("clustered", MAPPING, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
         "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
         "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
         "stderr_ratio_median (clustered over stratified); null otherwise", required=False, optional=True),
-    Key("signal_test", D, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
+    Key("signal_test", MAPPING, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
         "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
         "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),
 ) + DECISIONS
 CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
-    Key("chance", F, "the task's chance accuracy, where known", optional=True),
-    Key("keep", F, "--keep: the tolerance rule's share"),
-    Key("keep_by", S, "--keep-by: what the tolerance judged, point (the score) or bound (the worse end of its "
+    Key("chance", NUMBER, "the task's chance accuracy, where known", optional=True),
+    Key("keep", NUMBER, "--keep: the tolerance rule's share"),
+    Key("keep_by", TEXT, "--keep-by: what the tolerance judged, point (the score) or bound (the worse end of its "
         "paired 95% interval)", required=False),
-    Key("max_removed", I, "largest k"),
-    Key("strategies", L, "the strategies scored"),
-    Key("greedy_metric", S, "what greedy minimized", optional=True),
-    Key("greedy_ends", S, "greedy: keep (never the first or last remaining block, SLEB's rule) or allow",
+    Key("max_removed", INTEGER, "largest k"),
+    Key("strategies", LIST, "the strategies scored"),
+    Key("greedy_metric", TEXT, "what greedy minimized", optional=True),
+    Key("greedy_ends", TEXT, "greedy: keep (never the first or last remaining block, SLEB's rule) or allow",
         optional=True),
-    Key("sets_scored", I, "distinct layer sets scored"),
-    Key("heal_steps", I, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
-    Key("heal", S, "--heal: how each scored set was repaired (lstsq, cosine, lora, tail; null: not repaired)",
+    Key("sets_scored", INTEGER, "distinct layer sets scored"),
+    Key("heal_steps", INTEGER, "--heal-steps: LoRA steps healing each scored set (0: none)", required=False),
+    Key("heal", TEXT, "--heal: how each scored set was repaired (lstsq, cosine, lora, tail; null: not repaired)",
         required=False, optional=True),
-    Key("heal_seconds", F, "--heal: wall time of all the repairs and their scoring in this run (a resumed run: "
+    Key("heal_seconds", NUMBER, "--heal: wall time of all the repairs and their scoring in this run (a resumed run: "
         "the part after the resume)", required=False, optional=True),
-    Key("healed_baseline", F, "--heal-steps: the unpruned model healed the same way, on the same text (the "
+    Key("healed_baseline", NUMBER, "--heal-steps: the unpruned model healed the same way, on the same text (the "
         "healed curves' fair reference: the healing also adapts a model with every layer to the corpus)",
         required=False, optional=True),
-    Key("curve", D, "per strategy: max_k that can go under --keep-by, the layers removed and the score; bound: "
+    Key("curve", MAPPING, "per strategy: max_k that can go under --keep-by, the layers removed and the score; bound: "
         "next_k, the first k that failed, and next_needed, the documents it would need to pass if its change and "
         "spread held (null: its point is outside the tolerance, no number of documents helps)"),
-    Key("keep_rule", S, "the rule `curve` was decided by, in words (bound: non-inferiority with its level; point: "
+    Key("keep_rule", TEXT, "the rule `curve` was decided by, in words (bound: non-inferiority with its level; point: "
         "exploratory)", required=False),
-    Key("keep_level", F, "--keep-by bound: the one-sided level of the non-inferiority bound (0.975); null for point",
+    Key("keep_level", NUMBER, "--keep-by bound: the one-sided level of the non-inferiority bound (0.975); null for point",
         required=False, optional=True),
-    Key("strategy_test", D, "which strategy is best: the candidate (most layers that can go) against each other "
+    Key("strategy_test", MAPPING, "which strategy is best: the candidate (most layers that can go) against each other "
         "strategy, a paired test at each k where their sets differ on the same documents, Holm over the k's "
         "compared (against: compared, better_at, worse_at, smallest_adjusted_p); best: the candidate when it is "
         "measurably better than every other, else null; null without records", required=False, optional=True),
@@ -212,7 +212,7 @@ READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, t
 PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: performance drop per layer",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("block", "block")),
                   READ + "prune_findings", READ + "prune_table", READ + "compare_prune", label_key="task",
-                  overlay=READ + "prune_by_depth", settings=PruneConfig, wide_past=16, reads=("metric",),
+                  overlay=READ + "prune_by_depth", config_class=PruneConfig, wide_past=16, reads=("metric",),
                   overlay_axis=("rank of the cost (0 = cheapest)",
                                 "Cost of removing each layer, ranked within each run, by relative depth"),
                   tolerances=(Tolerance("prune", 0.05, "change of the baseline score in the bad direction or of any "
@@ -223,7 +223,7 @@ CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
                    ("keep", "keep")),
                   READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
-                  label_key="task", label_word="curve", settings=PruneConfig, reads=("metric",))
+                  label_key="task", label_word="curve", config_class=PruneConfig, reads=("metric",))
 
 
 def prune_folder(config: Any) -> str:

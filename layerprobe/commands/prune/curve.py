@@ -1,7 +1,8 @@
 """run_curve(config): `prune --curve`. For k = 1..K each strategy picks k layers to remove; every distinct set is
 scored on the task as a prune variant (in place, one load, shared prefix), and curve.csv says how the score falls.
 
-Strategies (0-based block ids; a set of consecutive ids is an ordinary block):
+The built-in strategies' picking functions (their records, in strategies.py, name them; 0-based block ids, a set of
+consecutive ids is an ordinary block):
 - angular: the k consecutive layers l..l+k-1 whose start minimizes d(x_l, x_{l+k}) (Gromov et al. 2024);
 - bi: the k layers of smallest Block Influence 1 - cos(x_l, x_{l+1}) (ShortGPT);
 - greedy: remove the layer whose removal raises a task-free metric least, then repeat on the shorter model (SLEB);
@@ -22,12 +23,12 @@ from layerprobe.commands.prune.decide import curve_decisions, judged
 from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
-from layerprobe.config import CURVE_STRATEGIES, GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
+from layerprobe.config import GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.strategies import STRATEGIES
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.models.layers import is_encoder
 from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
-from layerprobe.evaluation.metric import tolerance_edge, within
+from layerprobe.evaluation.metric import METRICS, RESCORING, accepted_by, tolerance_edge, within
 from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import PARTS, Variant
 from layerprobe.evaluation.records import healed_intervals
@@ -63,20 +64,26 @@ def largest_k(settings: CurveSettings, num_layers: int) -> int:
     return max(1, min(num_layers - 1, int(settings.max_fraction * num_layers)))
 
 
+def rescoring(settings: CurveSettings) -> list[str]:
+    """The chosen strategies that pick by scoring the probe corpus (Strategy.rescores: greedy)."""
+    return [s for s in settings.strategies if STRATEGIES[s].rescores]
+
+
 def check_greedy_room(settings: CurveSettings, k_max: int, num_layers: int) -> None:
-    """greedy with --greedy-ends keep never removes the first or the last block: at most L - 2 can go."""
-    if "greedy" in settings.strategies and settings.greedy_ends == "keep" and k_max > num_layers - 2:
+    """A rescoring strategy (greedy) with --greedy-ends keep never removes the first or the last block: at most
+    L - 2 can go."""
+    if rescoring(settings) and settings.greedy_ends == "keep" and k_max > num_layers - 2:
         raise ConfigError(f"--greedy-ends keep never removes the first or the last of the {num_layers} layers, so "
-                          f"greedy cannot remove {k_max}: pass --max-removed {max(num_layers - 2, 1)} or less, or "
-                          "--greedy-ends allow.")
+                          f"{' and '.join(rescoring(settings))} cannot remove {k_max}: pass --max-removed "
+                          f"{max(num_layers - 2, 1)} or less, or --greedy-ends allow.")
 
 
 def check_strategies(settings: CurveSettings) -> None:
-    bad = [s for s in settings.strategies if s not in CURVE_STRATEGIES]
+    bad = [s for s in settings.strategies if s not in STRATEGIES]
     if bad or not settings.strategies:
-        raise ConfigError(f"Unknown --strategies {', '.join(bad) or '(none)'}: pick from {', '.join(CURVE_STRATEGIES)}.")
-    if settings.greedy_metric not in ("kl", "ppl"):
-        raise ConfigError(f"--greedy-metric {settings.greedy_metric}: use kl or ppl.")
+        raise ConfigError(f"Unknown --strategies {', '.join(bad) or '(none)'}: pick from {', '.join(STRATEGIES)}.")
+    if settings.greedy_metric not in accepted_by(RESCORING):
+        raise ConfigError(f"--greedy-metric {settings.greedy_metric}: use {' or '.join(accepted_by(RESCORING))}.")
     if settings.greedy_ends not in GREEDY_ENDS:
         raise ConfigError(f"--greedy-ends {settings.greedy_ends}: use {' or '.join(GREEDY_ENDS)}.")
     if not 0 < settings.keep <= 1:
@@ -173,19 +180,13 @@ def _angular_run(config: PruneConfig, probe: Probe, folder: Path, progress: Prog
     inner = folder / "angular"
     if is_run(inner):
         return inner  # measured before an interruption
+    from layerprobe.commands.angular import COMMAND as ANGULAR
     from layerprobe.commands.angular.run import measure_into
 
     settings = AngularConfig(model=config.model, data=config.data, out=str(inner), overwrite=True, lens_tokens=0,
                              formats=config.formats)
-    measure_into(prepare_run_dir(inner, overwrite=True, command="angular"), settings, probe, progress)
+    measure_into(prepare_run_dir(inner, overwrite=True, command=ANGULAR), settings, probe, progress)
     return inner
-
-
-# strategy -> (Choice) -> {k: the k layers removed}: one function per record of strategies.py, checked on import
-PICKS = {"angular": angular_sets, "bi": bi_sets, "greedy": greedy_sets, "last": last_sets}
-if set(PICKS) != set(STRATEGIES):
-    raise ImportError(f"commands/prune/curve.py PICKS ({', '.join(PICKS)}) and strategies.py ({', '.join(STRATEGIES)}) "
-                      "name different strategies: give each Strategy its picking function.")
 
 
 def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, progress: Progress) -> tuple[dict, Path | None]:
@@ -200,7 +201,7 @@ def _selection(config: PruneConfig, job: SweepJob, folder: Path, k_max: int, pro
         if len(choice.angular.tables["layers"]) != num_layers + 1:
             raise RunError(f"The angular run {angular_dir} measured {len(choice.angular.tables['layers']) - 1} layers "
                            f"and this model has {num_layers}: pass --angular with a run of the same model.")
-    return {s: PICKS[s](choice) for s in strategies}, angular_dir
+    return {s: STRATEGIES[s].pick(choice) for s in strategies}, angular_dir
 
 
 def _healed_columns(found: tuple | None) -> dict:
@@ -252,18 +253,21 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         raise ConfigError("--curve picks its own layer sets: drop --shard, --layers and --block.")
     out = CURVE_COMMAND.out(config, config.model.model)
     if config.resume:  # before the folder or the model is touched
-        check_resume(Path(out), "curve", config, finished_resumes=True)
+        check_resume(Path(out), CURVE_COMMAND, config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after
-        check_owned(Path(out), "curve", "--overwrite")
+        check_owned(Path(out), CURVE_COMMAND, "--overwrite")
     task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
-    if "greedy" in settings.strategies and is_encoder(probe.model):
-        raise ConfigError(f"--strategies greedy picks layers by {settings.greedy_metric}, which needs a causal LM, and "
-                          f"'{probe.loaded.spec}' is an encoder: drop greedy (angular, bi and last need no LM head).")
+    rescores = rescoring(settings)  # greedy: picks by scoring the probe corpus with --greedy-metric
+    if rescores and METRICS[settings.greedy_metric].needs_lm and is_encoder(probe.model):
+        others = [s.name for s in STRATEGIES.values() if not s.rescores]
+        raise ConfigError(f"--strategies {' and '.join(rescores)} picks layers by {settings.greedy_metric}, which "
+                          f"needs a causal LM, and '{probe.loaded.spec}' is an encoder: drop {' and '.join(rescores)} "
+                          f"({', '.join(others[:-1])} and {others[-1]} need no LM head).")
     num_layers = len(probe.stack)
     k_max = largest_k(settings, num_layers)
     check_greedy_room(settings, k_max, num_layers)
-    folder = prepare_run_dir(out, config.overwrite, config.resume, "curve")
+    folder = prepare_run_dir(out, config.overwrite, config.resume, CURVE_COMMAND)
     facts = probe.facts()
     identity = probe.identity(config, k_max=k_max)
     ledger = Ledger(folder, identity, config.resume, COLUMNS, table="scores")
@@ -285,15 +289,15 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                         settings.keep_by, healed_found)
     baseline = float(table["baseline"].iloc[0])
     chance = chance_of(config.task, metric)  # drawn as a line on the plot
-    if task.needs_corpus and "greedy" in settings.strategies:
-        warnings.append(f"greedy chose its layers by {settings.greedy_metric} on the same probe tokens the curve is "
-                        "scored on; score it on another task or corpus for a held-out comparison.")
+    if task.needs_corpus and rescores:
+        warnings.append(f"{' and '.join(rescores)} chose its layers by {settings.greedy_metric} on the same probe "
+                        "tokens the curve is scored on; score it on another task or corpus for a held-out comparison.")
     facts |= {"task": config.task, "part": config.part, "sublayer": config.sublayer, **task.facts(job)}
     seconds = time.perf_counter() - clock + float(ledger.state.get("seconds_before", 0.0))
-    summary = {"command": "curve", **facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
+    summary = {**facts, "metric": metric, "higher_is_better": higher, "baseline": baseline,
                "chance": chance, "keep": settings.keep, "keep_by": settings.keep_by, "max_removed": k_max, "strategies": list(settings.strategies),
-               "greedy_metric": settings.greedy_metric if "greedy" in settings.strategies else None,
-               "greedy_ends": settings.greedy_ends if "greedy" in settings.strategies else None,
+               "greedy_metric": settings.greedy_metric if rescores else None,
+               "greedy_ends": settings.greedy_ends if rescores else None,
                "angular_run": str(angular_dir) if angular_dir else None, "sets_scored": len(job.variants),
                "heal_steps": settings.heal_steps, "heal": heal_method(config), "healed_baseline": healed.get(UNPRUNED),
                "heal_seconds": round(heal_seconds, 3) if healed else None,
@@ -304,6 +308,6 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "
                         f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
-    return write_run(folder, "curve", tables={"curve": table, "scores": scores},
+    return write_run(folder, CURVE_COMMAND, tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from layerprobe.commands.prune import PRUNE_COMMAND
 from layerprobe.commands.prune.outputs import write_prune_outputs
 from layerprobe.config import PruneConfig
 from layerprobe.errors import ConfigError, RunError, article, check_path
@@ -129,7 +130,7 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
     first, config = runs[0], configs[0]
     shard_records, dropped = _records(runs)  # read (and checked) before the folder is claimed
     config.out = str(Path(out) if out else default_out(first.folder))
-    folder = prepare_run_dir(config.out, overwrite, command="prune")
+    folder = prepare_run_dir(config.out, overwrite, command=PRUNE_COMMAND)
     rows = [row for run in runs for row in run.tables["prune"].to_dict("records")]
     facts = {k: v for k, v in first.summary.items() if k not in COMPUTED}
     if all(isinstance(run.summary.get("prefix_cache"), dict) for run in runs):

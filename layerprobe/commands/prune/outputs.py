@@ -15,7 +15,7 @@ from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
 from layerprobe.runs.folder import model_label
 from layerprobe.runs.write import RunResult, write_run
-from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS
+from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS, PRUNE_COMMAND
 from layerprobe.runs.columns import names, signals
 
 COLUMNS = names(PRUNE_COLUMNS)  # declared in this command's record (commands/prune/__init__.py)
@@ -143,7 +143,6 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
             warnings.append(f"The angular run {angular_dir} does not match this model's layers: no correlation.")
             distance = None
     summary = {
-        "command": "prune",
         **facts,
         "metric": metric,
         "higher_is_better": higher,
@@ -172,6 +171,6 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
                         correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
                         config.block, main["layer_type"].tolist() if "layer_type" in main else None,
                         interval=(main["delta_lo"].to_numpy(), main["delta_hi"].to_numpy()))
-    return write_run(folder, "prune", tables={"prune": table}, figures={"prune": figure}, summary=summary,
+    return write_run(folder, PRUNE_COMMAND, tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

@@ -51,9 +51,9 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     base = PRUNE_COMMAND.out(dataclasses.replace(config, shard=None), config.model.model)  # the whole sweep's
     out = base + shard_suffix(config.shard) if world.size > 1 or not config.out else config.out
     if config.resume:  # before the folder or the model is touched
-        check_resume(Path(out), "prune", config, finished_resumes=True)
+        check_resume(Path(out), PRUNE_COMMAND, config, finished_resumes=True)
     elif config.overwrite:  # refused before the model loads, not after
-        check_owned(Path(out), "prune", "--overwrite")
+        check_owned(Path(out), PRUNE_COMMAND, "--overwrite")
     refuse_ranges_early(config.model, layers=config.layers, block=config.block)  # before the load
     task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
@@ -63,7 +63,7 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     if shard:
         variants = shard_of(variants, *shard)
 
-    folder = prepare_run_dir(out, config.overwrite, config.resume, "prune")
+    folder = prepare_run_dir(out, config.overwrite, config.resume, PRUNE_COMMAND)
     facts = probe.facts()
     # every setting that changes a number (settings.identity) and what it resolved to: a --resume with any other
     # value is refused, never mixed in

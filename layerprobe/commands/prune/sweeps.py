@@ -15,6 +15,7 @@ from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, TaskError, numerics_fix
 from layerprobe.evaluation.harness import FEWSHOT_SEED, SEED
 from layerprobe.evaluation.records import UNPRUNED, sequence_rows
+from layerprobe.evaluation.metric import TASK, accepted_by
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import Variant
 from layerprobe.models.layers import is_encoder
@@ -25,7 +26,7 @@ from layerprobe.runs.resume import Ledger
 
 
 def task_kind(task: str) -> str:
-    if task in METRICS:
+    if task in accepted_by(TASK):
         return "taskfree"
     return "squad" if task == "squad" else "lm-eval"
 
@@ -117,9 +118,10 @@ class TaskfreeSweep:
         return METRICS[self.config.task].head
 
     def check(self, probe: Any) -> list[str]:
-        if self.config.task in ("ppl", "kl") and is_encoder(probe.model):
+        if METRICS[self.config.task].needs_lm and is_encoder(probe.model):
+            others = " or ".join(m.name for m in METRICS.values() if TASK in m.accepted_by and not m.needs_lm)
             raise TaskError(f"--task {self.config.task} needs a causal LM, and '{probe.loaded.spec}' is an encoder: "
-                            "use --task drift.")
+                            f"use --task {others}.")
         return []
 
     def run(self, job: SweepJob) -> bool:
@@ -281,7 +283,7 @@ class HarnessSweep:
             if lm.chosen["batch_size"] < lm.chosen["asked"]:
                 job.warnings.append(f"Shared prefix: batch {lm.chosen['batch_size']} instead of {lm.chosen['asked']}, "
                                     f"so the stored block inputs fit {lm.chosen['budget_gib']} GiB (--max-memory).")
-        ledger.state["prefix_cache"] = lm.facts() if shared and left else ledger.state.get("prefix_cache") or {
+        ledger.state["prefix_cache"] = lm.prefix_cache() if shared and left else ledger.state.get("prefix_cache") or {
             "path": "per variant", "reason": "--no-shared-prefix" if not config.shared_prefix else
             "generation requests only" if shared else "no variant left to score"}
         if ledger.state.pop("shared_pass", None) is not None:  # every variant scored: its answers (MBs on MMLU)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from layerprobe.commands.record import Command, named
 from layerprobe.config import ToyConfig
 from layerprobe.runs.columns import Column
-from layerprobe.runs.keys import RUN, D, I, Key, L, S
+from layerprobe.runs.keys import INTEGER, LIST, MAPPING, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind
 
 TOY = (  # toy.csv: the residual-MLP model by depth
@@ -19,18 +19,18 @@ TOY = (  # toy.csv: the residual-MLP model by depth
     Column("grad_norm", "gradient norm of block l's parameters"),
 )
 SUMMARY = RUN + (
-    Key("model", S, "toy"),
-    Key("num_layers", I, "residual blocks"),
-    Key("width", I, "hidden size"),
-    Key("samples", I, "Gaussian inputs"),
-    Key("alphas", L, "branch scales"),
-    Key("seed", I, "seed"),
-    Key("fits", D, "per placement and alpha: log-log slopes (with 95% intervals) over the deep half"),
-    Key("expected_pre_ln", D, "the slopes a Pre-LN random walk predicts"),
+    Key("model", TEXT, "toy"),
+    Key("num_layers", INTEGER, "residual blocks"),
+    Key("width", INTEGER, "hidden size"),
+    Key("samples", INTEGER, "Gaussian inputs"),
+    Key("alphas", LIST, "branch scales"),
+    Key("seed", INTEGER, "seed"),
+    Key("fits", MAPPING, "per placement and alpha: log-log slopes (with 95% intervals) over the deep half"),
+    Key("expected_pre_ln", MAPPING, "the slopes a Pre-LN random walk predicts"),
 )
 READ = f"{__name__}.read:"  # read.py: its findings and per-layer table, imported on first use
 KIND = Kind("toy", (("toy.csv", True),), "toy.png", "Toy residual-MLP model (||h_l|| by layer)",
             (("width", "width"), ("samples", "samples"), ("alphas", "alphas")),
-            READ + "toy_findings", READ + "toy_table", settings=ToyConfig)
+            READ + "toy_findings", READ + "toy_table", config_class=ToyConfig)
 COMMAND = Command("toy", "layerprobe.cli.toy:toy", "layerprobe.commands.toy.run:run_toy", settings=ToyConfig,
                   kind=KIND, summary=SUMMARY, tables={"toy.csv": TOY}, folder=named("toy"))

@@ -135,7 +135,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
             rows.append({"norm": norm, "alpha": alpha, **row})
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
-    folder = prepare_run_dir(COMMAND.out(config, None), config.overwrite, command="toy")
+    folder = prepare_run_dir(COMMAND.out(config, None), config.overwrite, command=COMMAND)
     return write_toy_outputs(folder, table, config, started, seconds)
 
 
@@ -155,9 +155,9 @@ def fits(table: Any) -> dict:
 def write_toy_outputs(folder: Any, table: Any, config: ToyConfig, started: str, seconds: float) -> ToyRun:
     """toy.csv, the four-panel plot, power-law fits in summary.json, manifest."""
     fitted = fits(table)
-    summary = {"command": "toy", "model": "toy", "num_layers": config.depth, "width": config.width,
+    summary = {"model": "toy", "num_layers": config.depth, "width": config.width,
                "samples": config.samples, "alphas": list(config.alphas), "seed": config.seed,
                "fits": fitted, "expected_pre_ln": EXPECTED_PRE, "seconds": round(seconds, 3), "warnings": []}
-    return write_run(folder, "toy", tables={"toy": table[COLUMNS]}, figures={"toy": toy_figure(table, fitted, config)},
+    return write_run(folder, COMMAND, tables={"toy": table[COLUMNS]}, figures={"toy": toy_figure(table, fitted, config)},
                      summary=summary, config=config, started=started, seconds=seconds,
                      facts={"model": "toy", "device": "cpu", "dtype": "float32"}, formats=config.formats)
