@@ -228,6 +228,10 @@ class PruneConfig:
                                       "if unset).")
     limit: float | None = setting(None, project=True, above=0, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
                                   "(a fraction if < 1).")
+    sample: int | None = setting(None, minimum=1, applies=("task", "not", ("ppl", "kl", "drift", "squad")),
+                                 help="lm-eval: a seeded random N documents of each task (of each subtask of a group) "
+                                 "instead of --limit's first N; the summary lists them (sample.documents).")
+    seed: int = setting(0, minimum=0, applies=("sample", "nonzero"), help="--sample: the seed of the random sample.")
     layers: str | None = setting(None, project=True, ranges=True, help="Only these start layers, e.g. 0,3,8-11.")
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
     part: str = setting("block", choices=PARTS, help="What goes of each removed layer: block (all of it), attn or mlp "
@@ -239,6 +243,11 @@ class PruneConfig:
     family: str = setting("main", numbers=False, choices=("main", "all"), help="The Holm family of the "
                           "`significant` flags: main (the main metric's variants; per-subtask and other metrics' rows "
                           "are exploratory: intervals, no flag) or all (every row of prune.csv in one family).")
+    cluster: str = setting("subtask", numbers=False, choices=("subtask", "none"), help="Standard errors of a group's "
+                           "scores (MMLU's subjects): subtask (the default; cluster-robust by subtask, t with G - 1 "
+                           "df, where the documents fall in at least 10 subtasks: questions of a subject share a "
+                           "few-shot prefix and move together) or none (subtasks as fixed strata, documents "
+                           "independent).")
     shard: str | None = setting(None, help="K/N: only the K-th of N disjoint slices of the variants (SLURM arrays, one "
                                 "process per GPU); join the N run folders with `layerprobe merge`.")
     shared_prefix: bool = setting(True, negative=True, help="Restart each variant from the stored block input "

@@ -38,6 +38,15 @@ def hand_choices(model, tok):
     return out
 
 
+def hand_margins(rows):
+    """Per document, by a plain loop over the records' choice_loglik_<i>: gold minus the best other choice."""
+    out = []
+    for row in rows.to_dict("records"):
+        lls = [row[f"choice_loglik_{i}"] for i in range(3)]
+        out.append(lls[int(row["gold"])] - max(x for i, x in enumerate(lls) if i != int(row["gold"])))
+    return out
+
+
 def hand_interval(before, after):
     """The paired 95% interval of mean(after) - mean(before), by hand: t with n - 1 degrees of freedom."""
     d = np.asarray(after, float) - np.asarray(before, float)
@@ -77,6 +86,14 @@ def test_lmeval_records_match_hand_scoring_and_the_table(model_dirs, task_dir, t
         assert (row.loglik_delta, row.loglik_lo, row.loglik_hi) == pytest.approx((ll[0], ll[2], ll[3]), rel=1e-9)
         hand_p = 2 * stats.t.sf(abs(ll[0]) / ll[1], len(mine) - 1)  # the t test of the mean paired difference
         assert row.loglik_p_value == pytest.approx(hand_p, rel=1e-6)
+        # every choice's loglikelihood, and the margin (gold minus the best wrong choice) with its paired interval
+        for i in range(3):
+            np.testing.assert_allclose(mine[f"choice_loglik_{i}"], [sc[i] for sc in scores], atol=1e-4)
+        hand_margin = [sc[g] - max(x for j, x in enumerate(sc) if j != g) for sc, g in zip(scores, gold)]
+        np.testing.assert_allclose(hand_margins(mine), hand_margin, atol=2e-4)
+        m = hand_interval(hand_margins(unpruned), hand_margins(mine))
+        assert (row.margin_delta, row.margin_lo, row.margin_hi) == pytest.approx((m[0], m[2], m[3]), rel=1e-9)
+        assert row.margin_p_value == pytest.approx(2 * stats.t.sf(abs(m[0]) / m[1], len(mine) - 1), rel=1e-6)
     # loglik_significant: Holm over the 4 removals, applied by hand to the hand p-values
     rows = table[table["metric"] == "acc"].sort_values("loglik_p_value")
     still = True

@@ -22,6 +22,8 @@ from layerprobe.progress import announce
 
 SEED = 1234  # lm-eval's default seeds, recorded in the summary
 FEWSHOT_SEED = 1234
+SAMPLE_DRAW = ("numpy.random.default_rng([seed, zlib.crc32(task name, UTF-8)]).choice(documents, size=min(n, "
+               "documents), replace=False), ascending")  # --sample's draw per task, recorded in the summary
 
 
 def _import_lm_eval():
@@ -40,6 +42,8 @@ class HarnessTask:
     num_fewshot: int | None = None
     limit: float | None = None
     bootstrap_iters: int = 1000
+    sample: int | None = None  # --sample N: a seeded random N documents of each task instead of --limit's first N
+    sample_seed: int = 0  # --seed: the sample's seed (sample_ids)
     task_data: Path | None = None  # local copies of the tasks' datasets (evaluation/local_data.py), None: the hub
     loaded: Any = None  # lm-eval's TaskDict
     output_types: set = field(default_factory=set)
@@ -49,6 +53,7 @@ class HarnessTask:
     records: list = field(default_factory=list)  # the last evaluation's per-document records (evaluation/records.py)
     groups: dict = field(default_factory=dict)  # group -> the leaf tasks under it (records of a group's metric)
     fewshot: dict = field(default_factory=dict)  # task -> the few-shot count lm-eval uses (after --num-fewshot)
+    sampled: dict | None = None  # --sample: task -> the sampled documents' indices (lm-eval's doc_id), ascending
 
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
@@ -59,6 +64,7 @@ class HarnessTask:
             raise ConfigError(f"--num-fewshot must be 0 or more, got {self.num_fewshot}.")
         if self.limit is not None and self.limit <= 0:
             raise ConfigError(f"--limit must be positive, got {self.limit}.")
+        check_sample(self.sample, self.limit)
         announce(f"building lm-eval's task {self.name} (its task index takes about 20 s)")
         loaded = False
         if self.include_path is not None:
@@ -94,6 +100,11 @@ class HarnessTask:
             if n is not None:
                 split["scored"] = n if self.limit is None else min(n, math.ceil(n * self.limit) if self.limit < 1
                                                                    else int(self.limit))
+        if self.sample is not None:
+            self.sampled = {name: sample_ids(name, split["documents"], self.sample, self.sample_seed)
+                            for name, split in self.splits.items() if split["documents"] is not None}
+            for name, ids in self.sampled.items():
+                self.splits[name]["scored"] = len(ids)
         return self
 
     def fewshot_used(self) -> int | None:
@@ -150,11 +161,11 @@ class HarnessTask:
         for task in self.loaded["tasks"].values():  # the same few-shot examples for every variant
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
         try:
-            results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, bootstrap_iters=self.bootstrap_iters,
-                               log_samples=True, verbosity="ERROR")
+            results = evaluate(lm=lm, task_dict=self.loaded, limit=self.limit, samples=self.sampled,
+                               bootstrap_iters=self.bootstrap_iters, log_samples=True, verbosity="ERROR")
         except (AssertionError, ValueError, IndexError, KeyError) as exc:  # lm-eval's own checks, at the boundary
             option = (f"--num-fewshot {self.num_fewshot}" if self.num_fewshot else
-                      f"--limit {self.limit:g}" if self.limit else "--task")
+                      f"--limit {self.limit:g}" if self.limit else f"--sample {self.sample}" if self.sample else "--task")
             reason = first_line(exc) or "an assertion"
             raise TaskError(f"lm-eval stopped on task '{self.name}' ({type(exc).__name__}: {reason}): check {option} "
                             "against the task's documents and few-shot split.") from None
@@ -170,6 +181,29 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+def check_sample(sample: int | None, limit: float | None) -> None:
+    """--sample N (at least 1) and never beside --limit: one picks a seeded random N, the other lm-eval's first N."""
+    if sample is None:
+        return
+    if limit is not None:
+        raise ConfigError(f"--sample {sample} and --limit {limit:g} both choose the documents: pass --sample N --seed S "
+                          "(a seeded random N of each task) or --limit N (lm-eval's first N), not both.")
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 1:
+        raise ConfigError(f"--sample must be a whole number of documents, 1 or more, got {sample!r}.")
+
+
+def sample_ids(task: str, documents: int, n: int, seed: int) -> list[int]:
+    """--sample N --seed S: the indices of N of a task's `documents` documents (all of them when it has fewer),
+    ascending, drawn without replacement by numpy's default_rng([S, crc32(task name)]): the same documents for
+    every variant, shard and resume of a run, and a different draw for each task of a group."""
+    import zlib
+
+    import numpy as np
+
+    rng = np.random.default_rng([seed, zlib.crc32(task.encode("utf-8"))])
+    return sorted(int(i) for i in rng.choice(documents, size=min(n, documents), replace=False))
 
 
 def _folder_state(include_path: str | None) -> tuple:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from layerprobe.errors import NumericsError
-from layerprobe.metrics.decisions import MIN_DOCUMENTS, SMALL, newcombe_paired
+from layerprobe.metrics.decisions import MIN_CLUSTERS, MIN_DOCUMENTS, SMALL, newcombe_paired
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
 UNPRUNED = "unpruned"  # the `removed` value of the unpruned model's rows
@@ -33,10 +33,15 @@ REPRODUCE_RTOL = 1e-9  # records must give the table's score to this relative pr
 FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_loglik", "gold_loglik_norm",
          "tokens", "total")
 LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
+CHOICE = "choice_loglik_"  # multiple choice: choice_loglik_0, choice_loglik_1, ...: every choice's loglikelihood
+MARGIN = "margin"  # derived from them (Wide): the gold choice's loglikelihood minus the best wrong choice's
+MARGINS = {"acc": MARGIN}  # the accuracies whose rows carry the margin's change (acc picks by raw loglikelihood)
 INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "family", "loglik_delta",
-                    "loglik_lo", "loglik_hi", "loglik_p_value", "loglik_significant")
+                    "loglik_lo", "loglik_hi", "loglik_p_value", "loglik_significant", "margin_delta", "margin_lo",
+                    "margin_hi", "margin_p_value", "margin_significant")
 FAMILIES = ("main", "all")  # --family: Holm over the main metric's variants (other rows exploratory), or every row
-FLAGS = ("significant", "loglik_significant")
+CLUSTERS = ("subtask", "none")  # --cluster: subtask-clustered intervals for a group's main metric, or per document
+FLAGS = ("significant", "loglik_significant", "margin_significant")
 
 
 # ---- rows from each kind of task --------------------------------------------------------------------------------
@@ -63,7 +68,8 @@ def _choice_fields(sample: dict, task: Any) -> dict:
         gold = None  # several gold answers, or one outside the choices
     return {"gold": gold, "chosen": int(np.argmax(lls)), "chosen_norm": int(np.argmax(lls / lengths)),
             "gold_loglik": float(lls[gold]) if gold is not None else math.nan,
-            "gold_loglik_norm": float(lls[gold] / lengths[gold]) if gold is not None else math.nan}
+            "gold_loglik_norm": float(lls[gold] / lengths[gold]) if gold is not None else math.nan,
+            **{f"{CHOICE}{i}": float(ll) for i, ll in enumerate(lls)}}
 
 
 def lm_eval_rows(samples: dict, tasks: dict) -> list[dict]:
@@ -168,10 +174,33 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= REPRODUCE_RTOL * max(1.0, abs(b))
 
 
+def margins(records: Any) -> Any:
+    """Each multiple-choice document's margin: the gold choice's loglikelihood minus the highest loglikelihood of a
+    wrong choice (NaN without every choice's loglikelihood, a gold index or a wrong choice)."""
+    columns = [c for c in records.columns if str(c).startswith(CHOICE)]
+    columns.sort(key=lambda c: int(str(c)[len(CHOICE):]))
+    if not columns or "gold" not in records:
+        return None
+    lls = records[columns].to_numpy(dtype=float)  # (rows, most choices), NaN past a document's own choices
+    gold = records["gold"].to_numpy(dtype=float)
+    known = np.isfinite(gold) & (gold >= 0) & (gold < len(columns))
+    rows = np.flatnonzero(known)
+    at = gold[known].astype(int)
+    out = np.full(len(records), math.nan)
+    wrong = lls[rows].copy()
+    wrong[np.arange(len(rows)), at] = -math.inf
+    best = np.where(np.isnan(wrong), -math.inf, wrong).max(axis=1)
+    out[rows] = np.where(np.isfinite(best), lls[rows, at] - best, math.nan)
+    return out
+
+
 class Wide:
-    """The records by column: for each value column, a (task, doc_id) x variant table."""
+    """The records by column: for each value column, a (task, doc_id) x variant table (and the derived margin)."""
 
     def __init__(self, records: Any) -> None:
+        found = margins(records)
+        if found is not None:
+            records = records.assign(**{MARGIN: found})
         self.index = records.set_index(["removed", "task", "doc_id"]).sort_index()
         self.cache: dict[str, Any] = {}
 
@@ -197,51 +226,83 @@ def _weightings(strata: np.ndarray, kind: str) -> list[Statistic]:
     return [Statistic(kind), Statistic(kind, {s: 1 / len(labels) for s in labels})]
 
 
-def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict) -> list[tuple[Interval, Interval]]:
-    """(dP's interval, the gold loglikelihood change's interval) for each row of one metric (missing where the
-    records cannot reproduce the row's scores)."""
+def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict,
+                     cluster: bool = False) -> list[tuple[Interval, Interval, Interval]]:
+    """(dP's interval, the gold loglikelihood change's, the margin change's) for each row of one metric (missing
+    where the records cannot reproduce the row's scores, or hold no such column). cluster: a mean over at least
+    MIN_CLUSTERS subtasks takes subtask-clustered intervals (CR1, t with G - 1 df) instead of the stratified ones."""
     column, stat = statistic(metric)
     values = wide.column(column)
-    missing = [(Interval.missing(), Interval.missing())] * len(rows)
+    missing = (Interval.missing(), Interval.missing(), Interval.missing())
     if values is None or UNPRUNED not in values:
-        return missing
+        return [missing] * len(rows)
     tasks = sorted(set(values.index.get_level_values("task")))
     inside = values.index.get_level_values("task").isin(_scope(metric, task, groups, tasks))
     tokens = wide.column("tokens")
-    loglik = wide.column(LOGLIK[column]) if column in LOGLIK else None
+    beside = {name: wide.column(name) for name in (LOGLIK.get(column), MARGINS.get(column)) if name}
     out = []
     for row in rows.itertuples():
         label = str(row.removed)
-        if label not in values:
-            out.append(missing[0])
-            continue
-        pair = values.loc[inside, [UNPRUNED, label]].dropna()
-        strata = pair.index.get_level_values("task").to_numpy()
-        counts = None if tokens is None or stat.kind == "mean" else tokens.loc[pair.index, [UNPRUNED, label]]
-        found = None
-        for candidate in _weightings(strata, stat.kind) if len(pair) else []:
-            args = [candidate, strata, [pair[UNPRUNED].to_numpy(), pair[label].to_numpy()], [-1.0, 1.0]]
-            if counts is not None:
-                args.append([counts[UNPRUNED].to_numpy(), counts[label].to_numpy()])
-            base, pruned = (score(candidate, strata, args[2][k], None if counts is None else args[4][k])
-                            for k in (0, 1))
-            if _close(base, float(row.baseline)) and _close(pruned, float(row.pruned)):
-                found = (contrast(*args), candidate)
-                exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
-                if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
-                    found = (dataclasses.replace(found[0], p=exact), candidate)
-                found = (bounded(found[0], metric, *args[2], zero_one=exact is not None), candidate)
-                break
+        pair = values.loc[inside, [UNPRUNED, label]].dropna() if label in values else None
+        found = _reproduced(pair, stat, tokens, row, metric) if pair is not None and len(pair) else None
         if found is None:
-            out.append(missing[0])
+            out.append(missing)
             continue
-        change = Interval.missing()
-        if loglik is not None:
-            lls = loglik.loc[pair.index, [UNPRUNED, label]].dropna()
-            if len(lls) == len(pair):
-                change = contrast(found[1], strata, [lls[UNPRUNED].to_numpy(), lls[label].to_numpy()], [-1.0, 1.0])
-        out.append((found[0], change))
+        interval, candidate = found
+        strata = pair.index.get_level_values("task").to_numpy()
+        clustered = cluster and candidate.kind == "mean" and len(np.unique(strata)) >= MIN_CLUSTERS
+        if clustered:
+            interval = _clustered(interval, candidate, strata, pair[UNPRUNED], pair[label])
+        changes = []
+        for name in (LOGLIK.get(column), MARGINS.get(column)):
+            other = beside.get(name) if name else None
+            lls = other.loc[pair.index, [UNPRUNED, label]].dropna() if other is not None and label in other else None
+            if lls is None or len(lls) != len(pair):
+                changes.append(Interval.missing())
+                continue
+            change = contrast(candidate, strata, [lls[UNPRUNED].to_numpy(), lls[label].to_numpy()], [-1.0, 1.0])
+            changes.append(_clustered(change, candidate, strata, lls[UNPRUNED], lls[label]) if clustered else change)
+        out.append((interval, *changes))
     return out
+
+
+def _reproduced(pair: Any, stat: Statistic, tokens: Any, row: Any, metric: str) -> tuple[Interval, Statistic] | None:
+    """The paired interval of a row's dP under the weighting of the subtasks that reproduces its two scores (None
+    where none does): McNemar's exact p for 0/1 scores over every document alike, bounded to the metric's range."""
+    label = str(row.removed)
+    strata = pair.index.get_level_values("task").to_numpy()
+    counts = None if tokens is None or stat.kind == "mean" else tokens.loc[pair.index, [UNPRUNED, label]]
+    for candidate in _weightings(strata, stat.kind):
+        args = [candidate, strata, [pair[UNPRUNED].to_numpy(), pair[label].to_numpy()], [-1.0, 1.0]]
+        if counts is not None:
+            args.append([counts[UNPRUNED].to_numpy(), counts[label].to_numpy()])
+        base, pruned = (score(candidate, strata, args[2][k], None if counts is None else args[4][k]) for k in (0, 1))
+        if _close(base, float(row.baseline)) and _close(pruned, float(row.pruned)):
+            interval = contrast(*args)
+            exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
+            if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
+                interval = dataclasses.replace(interval, p=exact)
+            return bounded(interval, metric, *args[2], zero_one=exact is not None), candidate
+    return None
+
+
+def _clustered(interval: Interval, stat: Statistic, strata: np.ndarray, before: Any, after: Any) -> Interval:
+    """The same change with a subtask-clustered (CR1) standard error, t with G - 1 df (metrics/decisions.py), each
+    document weighted as the statistic weighs it; where every cluster's sum is 0 (no document changed) the
+    stratified interval stays, which never has a zero width (bounded)."""
+    from layerprobe.metrics.decisions import clustered_mean_change
+
+    if stat.weights is None:
+        weights = None
+    else:
+        labels, counts = np.unique(strata, return_counts=True)
+        size = dict(zip(labels, counts))
+        weights = np.array([stat.weights.get(s, 0.0) / size[s] for s in strata])
+    change, stderr, lo, hi, p = clustered_mean_change(np.asarray(before, dtype=float), np.asarray(after, dtype=float),
+                                                      strata, weights)
+    if not stderr > 0:
+        return interval
+    return Interval(change, stderr, lo, hi, p)
 
 
 def bounded(interval: Interval, metric: str, before: np.ndarray, after: np.ndarray, zero_one: bool) -> Interval:
@@ -265,10 +326,12 @@ def bounded(interval: Interval, metric: str, before: np.ndarray, after: np.ndarr
 
 
 def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dict | None = None,
-                  main: str | None = None, family: str = "main") -> Any:
+                  main: str | None = None, family: str = "main", cluster: str = "none") -> Any:
     """prune.csv (or scores.csv) with the paired interval columns: per metric, each variant's dP with its standard
     error, 95% interval and p-value from the records, and for accuracies of multiple choice the gold answer's
-    loglikelihood change with its interval. The family Holm's correction runs over is declared: `main` (the default),
+    loglikelihood change and (acc) the margin's change, each with its interval. cluster 'subtask': a row whose
+    documents fall in at least MIN_CLUSTERS subtasks takes subtask-clustered intervals and p-values (CR1, t with
+    G - 1 df; interval_estimand says which); 'none': stratified by subtask, documents independent. The family Holm's correction runs over is declared: `main` (the default),
     the variants of the main metric only (`significant` and `loglik_significant` are its verdicts; every other row is
     exploratory: intervals, no flag, `family` 0); `all`, every row of the file with an interval in one family.
     `family` is the number of tests of the row's family. Without records (or where they cannot reproduce a score)
@@ -277,6 +340,8 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
 
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
+    if cluster not in CLUSTERS:
+        raise ValueError(f"cluster {cluster!r}: use one of {', '.join(CLUSTERS)}")
     table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table]).copy()
     for column in INTERVAL_COLUMNS:
         table[column] = False if column in FLAGS else 0 if column == "family" else math.nan
@@ -286,17 +351,20 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
     wide = Wide(frame(records))
     found: dict = {}
     for metric, rows in table.groupby("metric", sort=False):
-        found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups or {})))
+        found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups or {},
+                                                              cluster == "subtask")))
     tested = [index for index in found if family == "all" or table.loc[index, "metric"] == main]
     if main is not None and documents(wide, main) < MIN_DOCUMENTS:
         tested = []  # too few documents to test: intervals for the ranking, no Holm verdict (family 0)
-    flags, ll_flags = (dict(zip(tested, corrected([found[index][k] for index in tested]))) for k in (0, 1))
+    verdicts = [dict(zip(tested, corrected([found[index][k] for index in tested]))) for k in (0, 1, 2)]
     size = sum(1 for index in tested if found[index][0].p == found[index][0].p)
-    for index, (dp, ll) in found.items():
+    for index, (dp, ll, margin) in found.items():
         table.loc[index, ["delta_stderr", "delta_lo", "delta_hi", "p_value"]] = [dp.stderr, dp.lo, dp.hi, dp.p]
         table.loc[index, ["loglik_delta", "loglik_lo", "loglik_hi", "loglik_p_value"]] = [ll.delta, ll.lo, ll.hi, ll.p]
-        table.loc[index, ["significant", "loglik_significant"]] = [flags.get(index, False), ll_flags.get(index, False)]
-        table.loc[index, "family"] = size if index in flags and dp.p == dp.p else 0
+        table.loc[index, ["margin_delta", "margin_lo", "margin_hi", "margin_p_value"]] = [
+            margin.delta, margin.lo, margin.hi, margin.p]
+        table.loc[index, list(FLAGS)] = [flags.get(index, False) for flags in verdicts]
+        table.loc[index, "family"] = size if index in verdicts[0] and dp.p == dp.p else 0
     for column in FLAGS:
         table[column] = table[column].astype(bool)
     table["family"] = table["family"].astype(int)
@@ -307,6 +375,31 @@ def documents(wide: Wide, metric: str) -> int:
     """How many documents the unpruned model's records hold for `metric`'s column."""
     values = wide.column(statistic(metric)[0])
     return 0 if values is None or UNPRUNED not in values else int(values[UNPRUNED].notna().sum())
+
+
+def interval_estimand(records: Any, metric: str, task: str, groups: dict | None, cluster: str) -> dict | None:
+    """Which standard error prune.csv's intervals of `metric` carry: the subtasks its documents fall in, and whether
+    they are clustered by subtask (cluster 'subtask' with at least MIN_CLUSTERS of them), stratified by subtask, or
+    per document (one task); None without records or for a score that is not a mean (ppl, kl, drift: sequences)."""
+    if not records:
+        return None
+    wide = Wide(records if hasattr(records, "columns") else frame(records))
+    column, stat = statistic(metric)
+    values = wide.column(column)
+    if values is None or UNPRUNED not in values or stat.kind != "mean":
+        return None
+    tasks = sorted(set(values.index.get_level_values("task")))
+    inside = values.index.get_level_values("task").isin(_scope(metric, task, groups or {}, tasks))
+    g = len(set(values.index.get_level_values("task")[inside & values[UNPRUNED].notna().to_numpy()]))
+    name = ("clustered" if cluster == "subtask" and g >= MIN_CLUSTERS else "stratified" if g > 1 else "documents")
+    words = {"clustered": f"cluster-robust by subtask (CR1, Student's t with {g - 1} df over {g} subtasks): questions "
+                          "of a subtask share its few-shot prefix and may move together",
+             "stratified": f"stratified by subtask ({g} subtasks as fixed strata, documents independent)"
+                           + (f"; --cluster subtask needs at least {MIN_CLUSTERS} subtasks" if cluster == "subtask"
+                              else "; --cluster none"),
+             "documents": "per document (one task: documents independent)"}[name]
+    return {"name": name, "cluster": cluster, "subtasks": g, "df": g - 1 if name == "clustered" else None,
+            "min_clusters": MIN_CLUSTERS, "words": words}
 
 
 def corrected(intervals: list[Interval]) -> list[bool]:

@@ -143,23 +143,30 @@ def spearman_difference(a: Sequence[float], b: Sequence[float], cost: Sequence[f
     return SpearmanDifference(point, lo, hi, resamples, seed)
 
 
-def clustered_mean_change(before: Sequence[float], after: Sequence[float], clusters: Sequence) -> tuple[float, float,
-                                                                                                       float, float,
-                                                                                                       float]:
-    """(change, stderr, lo, hi, p) of mean(after - before) with a cluster-robust (CR1) standard error: documents in
-    one cluster (an MMLU subject, sharing its few-shot prefix) may be correlated. Var = G / (G - 1) x
-    sum_g (sum_{i in g} (d_i - mean d))^2 / n^2; the interval and p from Student's t with G - 1 degrees of freedom."""
+MIN_CLUSTERS = 10  # --cluster subtask: fewer subtasks than this keep the stratified interval (t with G - 1 df
+# on a handful of clusters is unreliable: Cameron and Miller 2015), and the summary says so
+
+
+def clustered_mean_change(before: Sequence[float], after: Sequence[float], clusters: Sequence,
+                          weights: Sequence[float] | None = None) -> tuple[float, float, float, float, float]:
+    """(change, stderr, lo, hi, p) of the weighted mean of (after - before), weights v_i (None: every document alike;
+    normalized to sum 1), with a cluster-robust (CR1) standard error: documents in one cluster (an MMLU subject,
+    sharing its few-shot prefix) may be correlated. That is weighted least squares on a constant:
+    Var = G / (G - 1) x sum_g (sum_{i in g} v_i (d_i - change))^2; the interval and p from Student's t with G - 1
+    degrees of freedom."""
     from scipy import stats
 
     d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
+    v = np.full(len(d), 1.0) if weights is None else np.asarray(weights, dtype=float)
+    v = v / v.sum()
     labels = np.asarray(clusters)
     groups = np.unique(labels)
-    n, g = len(d), len(groups)
-    mean = float(d.mean())
+    g = len(groups)
+    mean = float((v * d).sum())
     if g < 2:
         return mean, math.nan, math.nan, math.nan, math.nan
-    sums = np.array([(d[labels == c] - mean).sum() for c in groups])
-    stderr = math.sqrt(g / (g - 1) * float((sums ** 2).sum())) / n
+    sums = np.array([(v[labels == c] * (d[labels == c] - mean)).sum() for c in groups])
+    stderr = math.sqrt(g / (g - 1) * float((sums ** 2).sum()))
     q = float(stats.t.ppf(0.5 + LEVEL / 2, g - 1))
     p = float(2 * stats.t.sf(abs(mean) / stderr, g - 1)) if stderr > 0 else (1.0 if mean == 0 else 0.0)
     return mean, stderr, mean - q * stderr, mean + q * stderr, p

@@ -339,3 +339,135 @@ def test_below_the_minimum_of_documents_no_change_is_flagged(n):
         assert not row["significant"] and not row["loglik_significant"] and row["family"] == 0
     else:
         assert row["significant"] and row["loglik_significant"] and row["family"] == 1
+
+
+def test_weighted_clustered_change_is_statsmodels_cluster_robust_wls():
+    """Each subtask weighted alike (a mean of subtask means): statsmodels' WLS on a constant with weights
+    w_s / n_s, cov_type 'cluster', t with G - 1 df."""
+    sm = pytest.importorskip("statsmodels.api")
+    from layerprobe.metrics.decisions import clustered_mean_change
+
+    rng = np.random.default_rng(8)
+    clusters = np.repeat(np.arange(11), rng.integers(2, 10, 11))
+    before, after = rng.normal(0, 1, len(clusters)), rng.normal(-0.3, 1, len(clusters))
+    weights = 1 / np.bincount(clusters)[clusters]
+    change, stderr, lo, hi, p = clustered_mean_change(before, after, clusters, weights)
+    fit = sm.WLS(after - before, np.ones(len(clusters)), weights=weights).fit(
+        cov_type="cluster", cov_kwds={"groups": clusters}, use_t=True)
+    assert change == pytest.approx(fit.params[0], abs=1e-12) and stderr == pytest.approx(fit.bse[0], rel=1e-10)
+    assert (lo, hi) == (pytest.approx(fit.conf_int()[0][0], rel=1e-10), pytest.approx(fit.conf_int()[0][1], rel=1e-10))
+    assert p == pytest.approx(fit.pvalues[0], rel=1e-8)
+
+
+def _grouped(subtasks: int, seed: int = 2):
+    """Records of a group (`subtasks` subtasks of 5-9 questions, three choices each: acc, gold_loglik and every
+    choice's loglikelihood) and its prune.csv rows for removals 1-3, a shared shift per subtask."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(5, 10, subtasks)
+    names = [f"s{k:02d}" for k in range(subtasks) for _ in range(sizes[k])]
+    base = rng.normal(-2, 1, (len(names), 3))
+    variants = {"unpruned": base}
+    for layer, shift in ((1, -0.6), (2, -0.05), (3, -0.3)):
+        by_task = rng.normal(0, 0.4, subtasks)[[int(n[1:]) for n in names]]
+        variants[str(layer)] = base + shift * np.array([1.6, 1.0, 1.0]) + by_task[:, None] * np.array([1, 0, 0]) \
+            + rng.normal(0, 0.3, base.shape)
+    records = []
+    for removed, lls in variants.items():
+        for i, (task, row) in enumerate(zip(names, lls)):
+            records.append({"removed": removed, "task": task, "doc_id": i, "gold": 0,
+                            "chosen": int(np.argmax(row)), "gold_loglik": float(row[0]),
+                            "acc": float(np.argmax(row) == 0),
+                            **{f"choice_loglik_{c}": float(row[c]) for c in range(3)}})
+    acc = {k: float(np.mean(np.argmax(v, axis=1) == 0)) for k, v in variants.items()}
+    rows = pd.DataFrame([{"removed": k, "layer": int(k), "block": 1, "metric": "acc", "baseline": acc["unpruned"],
+                          "pruned": acc[k], "delta": acc[k] - acc["unpruned"]} for k in ("1", "2", "3")])
+    groups = {"g": sorted(set(names))}
+    return records, rows, groups, np.array(names), variants
+
+
+def test_cluster_subtask_gives_statsmodels_intervals_and_holm_flags_in_prune_csv():
+    """--cluster subtask on a group of 12 subtasks: each row's dP, gold loglikelihood and margin intervals are
+    statsmodels' cluster-robust OLS of the per-document differences (G - 1 df), the flags Holm by hand over those
+    p-values; --cluster none keeps the stratified ones (McNemar's p); 4 subtasks stay stratified, said so."""
+    sm = pytest.importorskip("statsmodels.api")
+    from layerprobe.evaluation.records import interval_estimand
+
+    records, rows, groups, names, variants = _grouped(12)
+    table = add_intervals(rows, records, "g", groups, "acc", cluster="subtask")
+    base = variants["unpruned"]
+    margin = lambda v: v[:, 0] - v[:, 1:].max(axis=1)
+    correct = lambda v: (np.argmax(v, 1) == 0).astype(float)
+    p = {}
+    for row in table.itertuples():
+        v = variants[row.removed]
+        for prefix, d in (("delta", correct(v) - correct(base)),
+                          ("loglik", v[:, 0] - base[:, 0]), ("margin", margin(v) - margin(base))):
+            fit = sm.OLS(d.astype(float), np.ones(len(d))).fit(cov_type="cluster", cov_kwds={"groups": names},
+                                                                use_t=True)
+            lo, hi = fit.conf_int()[0]
+            got = getattr(row, "delta" if prefix == "delta" else f"{prefix}_delta")
+            assert got == pytest.approx(fit.params[0], abs=1e-12)
+            assert (getattr(row, f"{prefix}_lo"), getattr(row, f"{prefix}_hi")) == (pytest.approx(lo, rel=1e-9),
+                                                                                   pytest.approx(hi, rel=1e-9))
+            p[(prefix, row.removed)] = fit.pvalues[0]
+        assert row.p_value == pytest.approx(p[("delta", row.removed)], rel=1e-8)
+        assert row.delta_stderr == pytest.approx(sm.OLS(correct(v) - correct(base), np.ones(len(v))).fit(
+            cov_type="cluster", cov_kwds={"groups": names}).bse[0], rel=1e-10)
+    for prefix, flag in (("delta", "significant"), ("loglik", "loglik_significant"), ("margin", "margin_significant")):
+        ordered = sorted(table.itertuples(), key=lambda r: p[(prefix, r.removed)])
+        still = True
+        for rank, row in enumerate(ordered):  # Holm by hand over the three removals
+            still = still and p[(prefix, row.removed)] <= 0.05 / (3 - rank)
+            lo, hi = getattr(row, f"{prefix}_lo"), getattr(row, f"{prefix}_hi")
+            assert getattr(row, flag) == (still and (lo > 0 or hi < 0)), (prefix, row.removed)
+    assert table["margin_significant"].any() and not table["margin_significant"].all()
+    assert interval_estimand(records, "acc", "g", groups, "subtask")["name"] == "clustered"
+    none = add_intervals(rows, records, "g", groups, "acc", cluster="none")
+    assert (none["delta_stderr"] != table["delta_stderr"]).all()
+    assert interval_estimand(records, "acc", "g", groups, "none")["name"] == "stratified"
+    few, rows4, groups4, _, _ = _grouped(4)
+    pd.testing.assert_frame_equal(add_intervals(rows4, few, "g", groups4, "acc", cluster="subtask"),
+                                  add_intervals(rows4, few, "g", groups4, "acc", cluster="none"))
+    said = interval_estimand(few, "acc", "g", groups4, "subtask")
+    assert said["name"] == "stratified" and "needs at least 10 subtasks" in said["words"]
+
+
+def test_the_findings_name_the_estimand_in_words():
+    records, rows, groups, _, _ = _grouped(12)
+    for cluster, words in (("subtask", "cluster-robust by subtask (CR1, Student's t with 11 df over the 12 "
+                                       "subtasks, --cluster subtask"),
+                           ("none", "treat the 12 subtasks as fixed strata")):
+        table = add_intervals(rows, records, "g", groups, "acc", cluster=cluster)
+        s = {"model": "m", "task": "g", "metric": "acc", "higher_is_better": True, "block": 1,
+             "baseline": float(table["baseline"].iloc[0]), "records": "samples.csv.gz",
+             **prune_decisions(table, records, "g", "acc", "main", cluster, groups)}
+        assert s["interval_estimand"]["name"] == ("clustered" if cluster == "subtask" else "stratified")
+        text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": table})))
+        assert words in text, text
+        clustered = s["clustered"]["acc"]
+        # the comparison beside: the stratified verdicts are --cluster none's flags whichever prune.csv carries
+        none = add_intervals(rows, records, "g", groups, "acc", cluster="none")
+        assert clustered["stratified_measurable"] == [str(r) for r in none.loc[none["significant"], "removed"]]
+
+
+def test_the_margin_tells_less_sure_from_everything_less_likely():
+    """Removal 1 shifts the gold choice down more than the others (margin drops), removal 3 every choice alike
+    (margin unchanged): the findings say which is which."""
+    rng = np.random.default_rng(4)
+    n = 80
+    base = rng.normal(-2, 0.5, (n, 3))
+    base[:, 0] += 1.0
+    variants = {"unpruned": base, "1": base + np.array([-1.0, 0, 0]) + rng.normal(0, 0.1, (n, 3)),
+                "3": base - 1.0 + rng.normal(0, 0.1, (n, 1)) + rng.normal(0, 0.05, (n, 1)) * np.array([1, 0, 0])}
+    records = [{"removed": k, "task": "t", "doc_id": i, "gold": 0, "gold_loglik": float(r[0]),
+                "acc": float(np.argmax(r) == 0), **{f"choice_loglik_{c}": float(r[c]) for c in range(3)}}
+               for k, v in variants.items() for i, r in enumerate(v)]
+    acc = {k: float(np.mean(np.argmax(v, 1) == 0)) for k, v in variants.items()}
+    rows = pd.DataFrame([{"removed": k, "layer": int(k), "block": 1, "metric": "acc", "baseline": acc["unpruned"],
+                          "pruned": acc[k], "delta": acc[k] - acc["unpruned"]} for k in ("1", "3")])
+    table = add_intervals(rows, records, "t", None, "acc")
+    s = {"model": "m", "task": "t", "metric": "acc", "higher_is_better": True, "block": 1,
+         "baseline": acc["unpruned"], "records": "samples.csv.gz", **prune_decisions(table, records, "t", "acc")}
+    text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": table})))
+    assert "Without 1 of those 2 the model got less sure of the right answer" in text and "1 (margin -0.996" in text
+    assert "Without 1 of them everything got less likely" in text and "3 (margin" in text

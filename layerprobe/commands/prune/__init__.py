@@ -49,6 +49,14 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the same family's "
            "gold-loglikelihood changes, as `significant` decides for dP (False without an interval)", number=False,
            optional=True),
+    Column("margin_delta", "multiple choice, acc rows: mean change of the margin, the gold choice's loglikelihood "
+           "minus the best wrong choice's (from the records' choice_loglik_<i>): it falls when the model gets less "
+           "sure of the right answer, not when every choice gets less likely alike", "nats", optional=True),
+    Column("margin_lo", "lower end of its paired 95% interval", "nats", optional=True),
+    Column("margin_hi", "upper end of its paired 95% interval", "nats", optional=True),
+    Column("margin_p_value", "two-sided p-value of margin_delta = 0 before correction", optional=True),
+    Column("margin_significant", "margin_delta differs from 0 after Holm's correction over the same family's margin "
+           "changes (False without an interval)", number=False, optional=True),
 )
 KINDS = (  # prune.csv's last column where the model's blocks differ in kind (layer_types in its config)
     Column("layer_type", "the kind of the removed layer(s) (attention, mamba, sliding_attention, ...; '+' joins "
@@ -67,6 +75,8 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
     Column("gold_loglik", "multiple choice: the gold choice's loglikelihood", "nats", optional=True),
     Column("gold_loglik_norm", "multiple choice: the gold choice's loglikelihood per character", "nats",
            optional=True),
+    Column("choice_loglik_<i>", "multiple choice: the loglikelihood of choice i (0-based; lm-eval's own per-choice "
+           "loglikelihood; empty past a document's last choice)", "nats", optional=True),
     Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True),
     Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
            "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
@@ -106,6 +116,9 @@ SWEEP_FACTS = (  # what each kind of prune task adds (commands/prune/sweeps.py, 
     Key("questions", INTEGER, "squad: questions scored", required=False),
     Key("windows", INTEGER, "squad: context windows scored", required=False),
     Key("limit", NUMBER, "lm-eval/squad: --limit", required=False, optional=True),
+    Key("sample", MAPPING, "lm-eval --sample N --seed S: n, seed, draw (how each task's documents were drawn, in words) and "
+        "documents (task -> the sampled documents' lm-eval doc_ids, ascending); null with --limit or every document",
+        required=False, optional=True),
     Key("max_length", INTEGER, "squad: window length", required=False),
     Key("doc_stride", INTEGER, "squad: window stride", required=False),
     Key("num_fewshot", INTEGER, "lm-eval: the few-shot examples it used per question (--num-fewshot, else the task's "
@@ -146,6 +159,11 @@ DECISIONS = (  # what each run's sentences are tested by (commands/prune/decide.
     Key("chance_test", MAPPING, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
         "binomial test each (chance, baseline: correct, n, p; variants_at_chance: the variants it cannot tell from "
         "chance; p per variant); null for other tasks", required=False, optional=True),
+    Key("interval_estimand", MAPPING, "which standard error the main metric's intervals and Holm flags carry (--cluster): "
+        "name (clustered: cluster-robust by subtask, CR1, t with G - 1 df; stratified: subtasks as fixed strata; "
+        "documents: one task), cluster (the setting), subtasks, df, min_clusters (--cluster subtask clusters a group "
+        "of at least this many subtasks), words; null without records or for ppl, kl, drift", required=False,
+        optional=True),
     Key("rederived", MAPPING, "present when the decisions were recomputed from the records by a later layerprobe "
         "(commands/prune/rederive.py): version and what was recomputed", required=False, optional=True),
 )
@@ -171,7 +189,8 @@ PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("clustered", MAPPING, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
         "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
         "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
-        "stderr_ratio_median (clustered over stratified); null otherwise", required=False, optional=True),
+        "stderr_ratio_median (clustered over stratified), and stratified_measurable (the stratified verdicts); null "
+        "otherwise", required=False, optional=True),
     Key("signal_test", MAPPING, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
         "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
         "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),

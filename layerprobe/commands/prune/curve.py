@@ -31,7 +31,7 @@ from layerprobe.errors import ConfigError, NumericsError, RunError, numerics_fix
 from layerprobe.evaluation.metric import METRICS, RESCORING, accepted_by, tolerance_edge, within
 from layerprobe.evaluation.taskfree import Sums, finish, score_batch_naive, score_batch_shared
 from layerprobe.evaluation.variants import PARTS, Variant
-from layerprobe.evaluation.records import healed_intervals
+from layerprobe.evaluation.records import healed_intervals, interval_estimand
 from layerprobe.plots.curve import curve_plot
 from layerprobe.progress import Progress, silent
 from layerprobe.runs.folder import abandons_on_error, check_owned, model_label, prepare_run_dir
@@ -283,7 +283,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     warnings += refusals(ledger)
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
-                          task.facts(job).get("groups"), metric, config.family)
+                          task.facts(job).get("groups"), metric, config.family, config.cluster)
     healed_found = healed_intervals(ledger.records, metric, [v.label for v in job.variants]) if healed else None
     table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed,
                         settings.keep_by, healed_found)
@@ -304,6 +304,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                **curve_decisions(table, ledger.records, config.task, metric, higher, settings.keep, settings.keep_by,
                                  scores),
+               "interval_estimand": interval_estimand(ledger.records, metric, config.task,
+                                                      task.facts(job).get("groups"), config.cluster),
                "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "

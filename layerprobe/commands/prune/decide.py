@@ -108,21 +108,32 @@ def family_of(table: Any, metric: str, family: str) -> dict:
             else "Holm over every row of the table"}
 
 
-def prune_decisions(table: Any, records: Any, task: str, metric: str, family: str = "main") -> dict:
-    """The summary keys of a one-layer (or block) sweep's decisions."""
+def prune_decisions(table: Any, records: Any, task: str, metric: str, family: str = "main", cluster: str = "none",
+                    groups: dict | None = None) -> dict:
+    """The summary keys of a one-layer (or block) sweep's decisions. `clustered` compares the two estimands of a
+    group's score whichever prune.csv carries (interval_estimand): its stratified side recomputed where prune.csv
+    is clustered."""
+    from layerprobe.evaluation.records import add_intervals, interval_estimand
+
     n = documents(records, metric)
     fam = family_of(table, metric, family)
+    estimand = interval_estimand(records, metric, task, groups, cluster)
+    stratified = table
+    if estimand is not None and estimand["name"] == "clustered":
+        stratified = add_intervals(table, records, task, groups, metric, family, "none")
     return {"documents": n, "min_documents": MIN_DOCUMENTS, "family": fam,
             "detectable": detectable_changes(table, metric, fam["size"], n) if n else {},
             "chance_test": chance_tests(records, task, metric),
-            "clustered": clustered(table, records, metric) if "/" not in metric else None}
+            "interval_estimand": estimand,
+            "clustered": clustered(stratified, records, metric) if "/" not in metric else None}
 
 
 def clustered(table: Any, records: Any, metric: str) -> dict | None:
-    """A task of several subtasks (MMLU's subjects): beside the stratified intervals of prune.csv (subjects fixed:
+    """A task of several subtasks (MMLU's subjects): beside the stratified intervals of `table` (subjects fixed:
     the score over these subjects), subject-clustered ones (CR1, t with G - 1 df: questions of a subject, sharing a
     few-shot prefix, may move together), for the main metric and the gold loglikelihood, with Holm over the same
-    family; None for a task of one subtask or a score that is not a mean."""
+    family, and the stratified verdicts (stratified_measurable); None for a task of one subtask or a score that is
+    not a mean."""
     from layerprobe.evaluation.records import LOGLIK, UNPRUNED, statistic
     from layerprobe.metrics.decisions import clustered_mean_change
 
@@ -154,7 +165,10 @@ def clustered(table: Any, records: Any, metric: str) -> dict | None:
         ratios = [f[1] / stratified[r] for r, f in found.items()
                   if stratified is not None and stratified.get(r, 0) and stratified[r] == stratified[r]]
         out["clusters"] = int(len(np.unique(tasks)))
+        flag_column = "significant" if label == metric else "loglik_significant"
         out[label] = {"measurable": [r for r, flag in zip(found, flags) if flag],
+                      "stratified_measurable": [str(r) for r in indexed.index[indexed[flag_column].astype(bool)]]
+                      if flag_column in indexed else None,
                       "intervals": {r: [f[0], f[2], f[3], f[4]] for r, f in found.items()},
                       "stderr_ratio_median": float(np.median(ratios)) if ratios else None}
     return out if len(out) > 1 else None

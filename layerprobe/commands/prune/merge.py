@@ -19,7 +19,7 @@ from layerprobe.settings import from_saved, identity
 COMPUTED = {"command", "metric", "higher_is_better", "baseline", "block", "variants", "least_important",
             "most_important", "angular_run", "spearman_angular_delta", "seconds", "warnings", "shard", "records",
             "correction", "significant", "documents", "min_documents", "family", "detectable", "chance_test",
-            "signal_test", "rederived", "clustered"}
+            "signal_test", "rederived", "clustered", "interval_estimand"}
 BASELINE_RTOL = 1e-9
 SUMMED = ("block_tokens", "naive_block_tokens", "over_memory")  # prefix_cache's counts of what a process computed
 

@@ -97,14 +97,14 @@ def significant_labels(main: Any, higher: bool) -> list[str]:
 
 
 def with_records(folder: Path, table: Any, records: list[dict] | None, task: str, groups: dict | None,
-                 main: str | None = None, family: str = "main") -> Any:
-    """The table with its paired intervals (evaluation/records.py; Holm over `family`, of the `main` metric), and the
-    records written beside it."""
+                 main: str | None = None, family: str = "main", cluster: str = "none") -> Any:
+    """The table with its paired intervals (evaluation/records.py; Holm over `family`, of the `main` metric;
+    `cluster` subtask: clustered by subtask where there are enough), and the records written beside it."""
     from layerprobe.evaluation import records as records_file
 
     if records:
         records_file.write(folder, records)
-    return records_file.add_intervals(table, records, task, groups, main, family)
+    return records_file.add_intervals(table, records, task, groups, main, family, cluster)
 
 
 def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict, higher: bool, started: str,
@@ -114,8 +114,8 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
 
     table = pd.DataFrame(rows, columns=COLUMNS).sort_values(["layer", "metric"]).reset_index(drop=True)
     metric = check_metric(config.metric, list(dict.fromkeys(table["metric"])))
-    table = with_records(folder, table, records, config.task, facts.get("groups"), metric,
-                         getattr(config, "family", "main"))
+    family, cluster = getattr(config, "family", "main"), getattr(config, "cluster", "none")
+    table = with_records(folder, table, records, config.task, facts.get("groups"), metric, family, cluster)
     kinds = facts.get("layer_types") or []
     if len(kinds) == facts.get("num_layers"):  # the kind of the removed layer(s): attention, mamba, ...
         table["layer_type"] = ["+".join(dict.fromkeys(kinds[int(r.layer): int(r.layer) + int(r.block)]))
@@ -159,7 +159,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "records": "samples.csv.gz" if records else None,
         "correction": CORRECTION,
         "significant": significant_labels(main, higher),
-        **prune_decisions(table, records, config.task, metric, getattr(config, "family", "main")),
+        **prune_decisions(table, records, config.task, metric, family, cluster, facts.get("groups")),
         "signal_test": signal_test(values, harm.to_numpy()) if config.block == 1 else None,
         "seconds": round(seconds, 3),
         "warnings": warnings,

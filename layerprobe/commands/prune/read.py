@@ -78,7 +78,28 @@ def _loglik_measured(order: Any) -> list[str]:
             f"removals) separates them: it drops measurably without {len(lower)} of {len(known)}")
     text += f", most without {shown(lower)}" if len(lower) else ""
     text += f"; it rises without {len(higher)}: {shown(higher)}" if len(higher) else ""
-    return [text + "."]
+    return [text + "."] + _margin_measured(known, lower)
+
+
+def _margin_measured(known: Any, lower: Any) -> list[str]:
+    """Where the gold loglikelihood drops measurably: did the margin over the best wrong choice drop too (the model
+    got less sure of the right answer) or not (every choice got less likely alike)? Holm over the same removals."""
+    if "margin_significant" not in known or known["margin_lo"].isna().all() or lower.empty:
+        return []
+    surer = lower[lower["margin_significant"].astype(bool) & (lower["margin_delta"] < 0)]
+    alike = lower.drop(index=surer.index)
+    shown = lambda rows: ", ".join(f"{r.removed} (margin {r.margin_delta:+.3g}, {r.margin_lo:+.3g} to "
+                                   f"{r.margin_hi:+.3g})" for r in rows.head(5).itertuples())
+    out = []
+    if len(surer):
+        out.append(f"Without {len(surer)} of those {len(lower)} the model got less sure of the right answer: the "
+                   "margin (the gold choice's loglikelihood minus the best wrong choice's, nats; Holm over "
+                   f"{len(known)}) drops measurably too: {shown(surer)}.")
+    if len(alike):
+        out.append(f"Without {len(alike)} of them everything got less likely: the gold answer's loglikelihood drops "
+                   "but its margin over the best wrong choice does not measurably (Holm over "
+                   f"{len(known)}): {shown(alike)}.")
+    return out
 
 
 def _point_ranking(main: Any, higher: bool, s: dict, few: bool = False) -> list[str]:
@@ -137,23 +158,37 @@ def prune_findings(run: Run) -> list[str]:
 
 
 def _clustered(s: dict, main: Any) -> list[str]:
-    """A task of several subtasks: what subject-clustered intervals say beside the stratified ones."""
-    c = s.get("clustered")
+    """A task of several subtasks: which estimand prune.csv's intervals carry (interval_estimand), in words, and
+    what the other one says beside it (summary.json clustered)."""
+    c, estimand = s.get("clustered"), s.get("interval_estimand") or {}
     if not c or not has_intervals(main):
         return []
-    stratified = {s["metric"]: int(main["significant"].astype(bool).sum()),
-                  "gold loglikelihood": int(main["loglik_significant"].astype(bool).sum())
-                  if "loglik_significant" in main else None}
+    is_clustered = estimand.get("name") == "clustered"
     parts = []
     for label in (s["metric"], "gold loglikelihood"):
-        if label in c:
-            ratio = c[label].get("stderr_ratio_median")
-            parts.append(f"{label}: {len(c[label]['measurable'])} measurable clustered against {stratified[label]} "
-                         f"stratified" + (f" (clustered stderr a median {ratio:.2f}x the stratified)" if ratio else ""))
-    return [f"The estimand: prune.csv's intervals treat the {c['clusters']} subtasks as fixed strata (the score over "
-            "these subtasks, the default: every subtask is scored, none sampled); clustered by subtask (CR1, t with "
-            f"{c['clusters'] - 1} df, for questions of a subtask that share a few-shot prefix and move together), "
-            f"Holm over the same family: " + "; ".join(parts) + "."]
+        if label not in c:
+            continue
+        column = "significant" if label == s["metric"] else "loglik_significant"
+        stratified = c[label].get("stratified_measurable")
+        count = len(stratified) if stratified is not None else (
+            int(main[column].astype(bool).sum()) if column in main else None)
+        ratio = c[label].get("stderr_ratio_median")
+        parts.append(f"{label}: {len(c[label]['measurable'])} measurable clustered against {count} stratified"
+                     + (f" (clustered stderr a median {ratio:.2f}x the stratified)" if ratio else ""))
+    g = c["clusters"]
+    if is_clustered:
+        head = (f"The estimand: prune.csv's intervals and Holm flags are cluster-robust by subtask (CR1, Student's t "
+                f"with {g - 1} df over the {g} subtasks, --cluster subtask, the default: questions of a subtask share "
+                "its few-shot prefix and move together, so they are not independent draws); treating the subtasks "
+                "as fixed strata instead (--cluster none) would give, Holm over the same family: ")
+    else:
+        why = (f" (--cluster subtask clusters only a group of at least {estimand['min_clusters']} subtasks)"
+               if estimand.get("cluster") == "subtask" else "")
+        head = (f"The estimand: prune.csv's intervals treat the {g} subtasks as fixed strata{why} (the score over "
+                "these subtasks, documents independent); clustered by subtask (CR1, t with "
+                f"{g - 1} df, for questions of a subtask that share a few-shot prefix and move together), "
+                "Holm over the same family: ")
+    return [head + "; ".join(parts) + "."]
 
 
 def _exploratory(table: Any, s: dict) -> list[str]:

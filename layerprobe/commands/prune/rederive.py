@@ -12,11 +12,11 @@ from typing import Any
 from layerprobe.errors import RunError
 
 
-def _intervals(run: Any, name: str, records: list[dict], family: str) -> Any:
+def _intervals(run: Any, name: str, records: list[dict], family: str, cluster: str = "none") -> Any:
     from layerprobe.evaluation.records import add_intervals
 
     s = run.summary
-    return add_intervals(run.tables[name], records, s.get("task", ""), s.get("groups"), s["metric"], family)
+    return add_intervals(run.tables[name], records, s.get("task", ""), s.get("groups"), s["metric"], family, cluster)
 
 
 def _signals(run: Any, main: Any, higher: bool) -> dict | None:
@@ -37,15 +37,15 @@ def _signals(run: Any, main: Any, higher: bool) -> dict | None:
     return signal_test(values, cost)
 
 
-def _prune(run: Any, records: list[dict], family: str) -> tuple[dict, dict]:
+def _prune(run: Any, records: list[dict], family: str, cluster: str) -> tuple[dict, dict]:
     from layerprobe.commands.prune.decide import prune_decisions
     from layerprobe.commands.prune.outputs import significant_labels
 
     s, higher = run.summary, bool(run.summary.get("higher_is_better", True))
-    table = _intervals(run, "prune", records, family)
+    table = _intervals(run, "prune", records, family, cluster)
     main = table[table["metric"] == s["metric"]].sort_values("layer")
     found = {"significant": significant_labels(main, higher),
-             **prune_decisions(table, records, s.get("task", ""), s["metric"], family),
+             **prune_decisions(table, records, s.get("task", ""), s["metric"], family, cluster, s.get("groups")),
              "signal_test": _signals(run, main, higher)}
     return found, {"prune": table}
 
@@ -59,15 +59,15 @@ def _sets(curve: Any, num_layers: int) -> dict:
     return sets
 
 
-def _curve(run: Any, records: list[dict], family: str, keep_by: str) -> tuple[dict, dict]:
+def _curve(run: Any, records: list[dict], family: str, keep_by: str, cluster: str) -> tuple[dict, dict]:
     import math
 
     from layerprobe.commands.prune.curve import curve_table
     from layerprobe.commands.prune.decide import curve_decisions
-    from layerprobe.evaluation.records import healed_intervals
+    from layerprobe.evaluation.records import healed_intervals, interval_estimand
 
     s, higher, metric = run.summary, bool(run.summary.get("higher_is_better", True)), run.summary["metric"]
-    scores = _intervals(run, "scores", records, family)
+    scores = _intervals(run, "scores", records, family, cluster)
     old = run.tables["curve"]
     healed = {str(r.removed): float(r.healed_score) for r in old.itertuples()
               if "healed_score" in old and r.healed_score == r.healed_score}
@@ -79,12 +79,14 @@ def _curve(run: Any, records: list[dict], family: str, keep_by: str) -> tuple[di
     if not healed:
         table["healed_score"] = math.nan
     decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores)
-    return {"keep_by": keep_by, **decided}, {"curve": table, "scores": scores}
+    estimand = interval_estimand(records, metric, s.get("task", ""), s.get("groups"), cluster)
+    return {"keep_by": keep_by, **decided, "interval_estimand": estimand}, {"curve": table, "scores": scores}
 
 
-def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main") -> dict:
+def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main", cluster: str = "none") -> dict:
     """Recompute a finished prune or curve run's intervals and decisions from its records; returns the new
-    summary. Refuses a run without records (nothing to recompute from)."""
+    summary. Refuses a run without records (nothing to recompute from). cluster: 'none' (the estimand runs
+    scored before --cluster carried) or 'subtask' (a new run's default)."""
     from layerprobe import __version__
     from layerprobe.evaluation import records as records_file
     from layerprobe.runs.folder import write_csv, write_json
@@ -97,10 +99,10 @@ def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main") -
     records = records_file.read(run.folder)
     if not records:
         raise RunError(f"{folder} has no {records_file.FILE}: its decisions cannot be recomputed; score it again.")
-    found, tables = (_prune(run, records, family) if run.command == "prune"
-                     else _curve(run, records, family, keep_by))
+    found, tables = (_prune(run, records, family, cluster) if run.command == "prune"
+                     else _curve(run, records, family, keep_by, cluster))
     summary = check_summary(run.command, {**run.summary, **found, "rederived": {
-        "layerprobe": __version__, "from": records_file.FILE, "family": family,
+        "layerprobe": __version__, "from": records_file.FILE, "family": family, "cluster": cluster,
         "keep_by": keep_by if run.command == "curve" else None,
         "recomputed": sorted(tables) + ["summary.json decisions"]}})
     for stem, table in tables.items():

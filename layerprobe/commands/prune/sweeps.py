@@ -13,7 +13,7 @@ from layerprobe.commands.prune.outputs import check_metric
 from layerprobe.config import PruneConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.errors import ConfigError, NumericsError, TaskError, numerics_fix
-from layerprobe.evaluation.harness import FEWSHOT_SEED, SEED
+from layerprobe.evaluation.harness import FEWSHOT_SEED, SAMPLE_DRAW, SEED, check_sample
 from layerprobe.evaluation.records import UNPRUNED, sequence_rows
 from layerprobe.evaluation.metric import TASK, accepted_by
 from layerprobe.evaluation.taskfree import METRICS, Sums, finish, score_batch_naive, score_batch_shared
@@ -219,6 +219,7 @@ class HarnessSweep:
         from layerprobe.evaluation.harness import HarnessTask
 
         self.config = config  # tasks are built before the model loads: a bad name fails in seconds
+        check_sample(config.sample, config.limit)  # before the task index (~20 s) is built
         include_path = config.include_path
         if config.mmlu_data is not None:
             include_path = self._local_mmlu(config)
@@ -226,7 +227,7 @@ class HarnessSweep:
 
         self.task_data = None if config.mmlu_data else default_task_data(config.task_data)
         self.harness = HarnessTask(config.task, include_path, config.num_fewshot, config.limit,
-                                   task_data=self.task_data).build()
+                                   task_data=self.task_data, sample=config.sample, sample_seed=config.seed).build()
 
     def _local_mmlu(self, config: PruneConfig) -> str:
         """lm-eval's MMLU tasks over the named local file, written to a folder that lives as long as the sweep."""
@@ -296,7 +297,9 @@ class HarnessSweep:
                 "limit": self.config.limit, "seed": SEED, "fewshot_seed": FEWSHOT_SEED, "shared_prefix": job.ledger.state.get("shared_prefix"),
                 "prefix_cache": job.ledger.state.get("prefix_cache"),
                 "mmlu_data": self.config.mmlu_data, "task_data": portable_path(self.task_data) if self.task_data else None,
-                "splits": self.harness.splits, "groups": self.harness.groups or None}
+                "splits": self.harness.splits, "groups": self.harness.groups or None,
+                "sample": {"n": self.config.sample, "seed": self.config.seed, "draw": SAMPLE_DRAW,
+                           "documents": self.harness.sampled} if self.config.sample else None}
 
 
 SWEEPS = {"taskfree": TaskfreeSweep, "squad": SquadSweep, "lm-eval": HarnessSweep}
