@@ -265,8 +265,8 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
                 with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
                     model.save_pretrained(partial)
             if "gguf" in config.formats and not loaded.gguf:  # a transformers source: converted while shortened
-                converted = write_converted(loaded, model, [kinds[i] for i in keep], keep, target, config.gguf_type,
-                                            mark, name)
+                converted = write_converted(loaded, model, [kinds[i] for i in keep], target, config.gguf_type, mark,
+                                            name)
     if part != "block":
         zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
         with loaded.as_saved():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from layerprobe.errors import ArchitectureError, ConfigError, RunError
@@ -39,10 +38,11 @@ def check_gguf_request(formats: tuple[str, ...], out_arg: str, part: str, kind: 
     if part != "block":
         raise ConfigError(f"--format gguf writes whole-block removals only: drop --part {part}, or use --format hf.")
     if kind != "gguf" or source is None:
-        if source is not None and (source / "config.json").is_file():
+        model_type = _model_type(source / "config.json") if source is not None else None
+        if model_type is not None:  # a local folder: refused before loading (a hub model: once its config loads)
             from layerprobe.models.gguf_convert import mapping_for
 
-            mapping_for(SimpleNamespace(**_model_type(source / "config.json")))  # refused before loading
+            mapping_for(model_type)
         return _check_out_file(formats, out_arg, overwrite, source)
     if gguf_type is not None:
         raise ConfigError(f"--gguf-type {gguf_type} does nothing with a GGUF source: its kept blocks are copied in "
@@ -56,13 +56,13 @@ def check_gguf_request(formats: tuple[str, ...], out_arg: str, part: str, kind: 
     _check_out_file(formats, out_arg, overwrite, source)
 
 
-def _model_type(config_file: Path) -> dict:
-    """{'model_type': ...} of a checkpoint's config.json ({} when unreadable: the load says why)."""
+def _model_type(config_file: Path) -> str | None:
+    """The model_type a checkpoint's config.json names (None when there is none to read: the load says why)."""
     try:
         found = json.loads(config_file.read_text(encoding="utf-8")).get("model_type")
     except (OSError, ValueError, AttributeError):
-        return {"model_type": None}
-    return {"model_type": found}
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _check_out_file(formats: tuple[str, ...], out_arg: str, overwrite: bool, source: Path | None) -> None:
@@ -114,8 +114,8 @@ def write_gguf(loaded: Any, keep: list[int], target: Path, want: Any, batch: Any
             "tolerance": tolerance}
 
 
-def write_converted(loaded: Any, model: Any, kinds: list[str], keep: list[int], target: Path, gguf_type: str | None,
-                    record: dict, name: str) -> Any:
+def write_converted(loaded: Any, model: Any, kinds: list[str], target: Path, gguf_type: str | None, record: dict,
+                    name: str) -> Any:
     """The shortened transformers `model` (called inside the removal) converted to `target`; what was written."""
     from layerprobe.models.gguf_convert import convert_to_gguf
 
@@ -145,13 +145,14 @@ def check_converted_file(loaded: Any, converted: Any, keep: list[int], source_bl
             "source_block_count": source_blocks, "source_file": None,
             "converted_from": "transformers", "gguf_type": kind.upper(),
             "quantization": "+".join(sorted(counts)), "tensors": len(converted.tensor_types),
-            "tensors_copied_byte_for_byte": 0, "tensors_by_type": counts, **_origin_changes(loaded, keep, converted),
+            "tensors_copied_byte_for_byte": 0, "tensors_by_type": counts,
+            **_origin_changes(loaded, keep, source_blocks, converted),
             "per_layer_arrays_cut": [], "sliding_window_pattern_written": converted.pattern_written,
             "checked": checked, "verified_max_difference": difference,
             "verified_with": "transformers GGUF loader (gguf_file=)", "tolerance": limit}
 
 
-def _origin_changes(loaded: Any, keep: list[int], converted: Any) -> dict:
+def _origin_changes(loaded: Any, keep: list[int], source_blocks: int, converted: Any) -> dict:
     """Where the transformers folder was read from a quantized GGUF (an export's or heal merged/'s record names
     it): the tensors whose type the conversion changed, against that file; otherwise none changed type (the
     folder's own weights were floats)."""
@@ -164,10 +165,11 @@ def _origin_changes(loaded: Any, keep: list[int], converted: Any) -> dict:
         record = json.loads((loaded.path / REMOVAL_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return none
-    origin = (record.get("gguf") or {}).get("file") if isinstance(record, dict) else None
+    facts = record.get("gguf") if isinstance(record, dict) else None
+    origin = facts.get("file") if isinstance(facts, dict) else None
     kept = record.get("kept") if isinstance(record, dict) else None
-    if not origin or not isinstance(kept, list):
-        return none
+    if not isinstance(origin, str) or not isinstance(kept, list) or len(kept) != source_blocks:
+        return none  # not read from a GGUF, or a record that does not describe this folder's blocks
     if not Path(origin).is_file():
         return {**none, "origin_gguf": origin, "tensors_changed_type": None, "tensor_types_changed": None}
     from layerprobe.models.gguf_convert import type_changes

@@ -52,9 +52,8 @@ class ConvertedGGUF:
     pattern_written: list[bool] | None = None  # True = sliding window
 
 
-def mapping_for(config: Any) -> Mapping:
-    """The GGUF mapping of a (text) config, or an ArchitectureError naming the supported model types."""
-    model_type = getattr(config, "model_type", None)
+def mapping_for(model_type: str | None) -> Mapping:
+    """The GGUF mapping of a (text) config's model_type, or an ArchitectureError naming the supported ones."""
     if model_type not in CONVERTERS:
         raise ArchitectureError(f"--format gguf from a transformers model knows no GGUF mapping for '{model_type}' "
                                 f"(it converts {', '.join(CONVERTERS)}): export --format hf, then convert that folder "
@@ -168,7 +167,7 @@ def convert_to_gguf(model: Any, tokenizer: Any, target: Path, gguf_type: str, ki
     from layerprobe.models.layers import text_config
 
     config = text_config(model)
-    mapping = mapping_for(config)
+    mapping = mapping_for(getattr(config, "model_type", None))
     if tokenizer is None:
         raise ArchitectureError("The model has no tokenizer, and llama.cpp needs one in the GGUF: save the model with "
                                 "its tokenizer, or export --format hf.")

@@ -59,8 +59,9 @@ def tokenizer_fields(tokenizer: Any, rows: int, architecture: str) -> dict[str, 
     kind = model["type"]
     sentencepiece = kind == "Unigram" or (kind == "BPE" and bool(model.get("byte_fallback")))
     if kind not in ("BPE", "Unigram"):
-        raise ArchitectureError(f"The tokenizer is a {kind} model, which llama.cpp's GGUF loader has no reading for "
-                                "in a causal LM: --format gguf writes BPE and SentencePiece tokenizers; use --format hf.")
+        raise ArchitectureError(f"The tokenizer is a {kind} model, which llama.cpp's GGUF loader has no reading "
+                                "for in a causal LM: --format gguf writes BPE and SentencePiece tokenizers; use "
+                                "--format hf.")
     by_id = {index: token for token, index in tokenizer.get_vocab().items()}
     if by_id and max(by_id) >= rows:
         raise ArchitectureError(f"The tokenizer has token id {max(by_id)} but the model has {rows} embedding rows: "
