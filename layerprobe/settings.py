@@ -455,7 +455,7 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
         applies, flag, then = _applies_now(root, mark.applies)
         if not applies:
             wanted = ("given" if mark.applies[1] == "nonzero" else
-                      f"a list holding {mark.applies[2]}" if mark.applies[1] == "has" else
+                      f"{mark.applies[2]} (alone or in a list)" if mark.applies[1] == "has" else
                       f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
