@@ -130,6 +130,10 @@ def test_a_transformers_model_converts_like_llama_cpp_and_reloads_as_the_model_w
     tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_dirs[arch])
     vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
     assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.tokens"] == [t for t, _ in vocab]
+    # GPT-2's ByteLevel regex alone; transformers gives a Qwen2 folder Qwen2Tokenizer, with Qwen2's own split regex
+    assert meta["tokenizer.ggml.pre"] == ("qwen2" if arch == "qwen2" else "gpt-2")
+    assert json.loads(tokenizer.backend_tokenizer.to_str())["pre_tokenizer"]["type"] == (
+        "Sequence" if arch == "qwen2" else "ByteLevel")
     merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
     assert meta["tokenizer.ggml.merges"] == [" ".join(m) if isinstance(m, list) else m for m in merges]
     assert meta["tokenizer.ggml.token_type"][:3] == [3, 3, 3] and set(meta["tokenizer.ggml.token_type"][3:]) == {1}

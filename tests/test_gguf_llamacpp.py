@@ -86,3 +86,13 @@ def test_llamacpp_reads_smollm2_converted_from_an_hf_export(cache, tmp_path):
     got = bench.compare(out / "model.gguf", out, bench.token_ids(out))
     assert got["top1_equal"], got
     assert got["max_abs_logit_difference"] <= 0.5, got  # measured: see reports/examples/gguf-export
+    # llama.cpp tokenizes as the HF tokenizer (tokenizer.ggml.pre 'smollm': digits one by one, then GPT-2's regex)
+    import transformers
+    from llama_cpp import Llama
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    vocab = Llama(model_path=str(out / "model.gguf"), vocab_only=True, verbose=False)
+    for text in [*bench.PROMPTS, "Hello world! 12345 numbers,  two  spaces\nnewline"]:
+        assert vocab.tokenize(text.encode(), add_bos=False, special=False) == tokenizer(
+            text, add_special_tokens=False).input_ids, text
+    vocab.close()

@@ -2,7 +2,8 @@
 
 Two tokenizer models cover the architectures export writes:
 - byte-level BPE (GPT-2 style: SmolLM2, Qwen2, LLaMA 3): `gpt2`, the tokens in the byte alphabet as the HF
-  vocabulary spells them and the merges as "left right" strings, ranked as HF ranks them;
+  vocabulary spells them and the merges as "left right" strings, ranked as HF ranks them; the pre-tokenizer
+  (`tokenizer.ggml.pre`) named after the HF one where llama.cpp has its twin (gpt-2, smollm, qwen2), else 'default';
 - SentencePiece (byte-fallback BPE: Gemma, LLaMA 2; or Unigram): `llama`, with one score per token. llama.cpp's
   SentencePiece tokenizer merges the pair whose result scores highest, so a BPE token's score is minus the rank of
   the merge that makes it (HF's merge order); a Unigram token keeps its own log-probability.
@@ -19,8 +20,23 @@ from typing import Any
 from layerprobe.errors import ArchitectureError
 
 BYTE_TOKEN = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
-# llama.cpp's name for the pre-tokenizer split (llama-vocab.cpp); 'default' is GPT-2's regex
+# llama.cpp's name for the pre-tokenizer split (llama-vocab.cpp), by architecture where the HF pre-tokenizer is not
+# one of the two shapes _pre_tokenizer recognizes; 'default' otherwise
 PRE_TOKENIZERS = {"qwen2": "qwen2"}
+
+
+def _pre_tokenizer(spec: dict, architecture: str) -> str:
+    """llama.cpp's pre-tokenizer for a byte-level BPE: GPT-2's regex alone is 'gpt-2'; digits split one by one
+    before it (SmolLM) is 'smollm'; else by architecture."""
+    pre = spec.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [step.get("type") for step in steps]
+    gpt2 = [s for s in steps if s.get("type") == "ByteLevel" and s.get("use_regex", True)]
+    if kinds == ["ByteLevel"] and gpt2:
+        return "gpt-2"
+    if kinds == ["Digits", "ByteLevel"] and gpt2 and steps[0].get("individual_digits"):
+        return "smollm"
+    return PRE_TOKENIZERS.get(architecture, "default")
 
 
 def _merges(model: dict) -> list[str]:
@@ -84,7 +100,7 @@ def tokenizer_fields(tokenizer: Any, rows: int, architecture: str) -> dict[str, 
         else:
             types.append(TokenType.NORMAL)
     fields: dict[str, Any] = {"tokenizer.ggml.model": "llama" if sentencepiece else "gpt2",
-                              "tokenizer.ggml.pre": PRE_TOKENIZERS.get(architecture, "default"),
+                              "tokenizer.ggml.pre": "default" if sentencepiece else _pre_tokenizer(spec, architecture),
                               "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": [int(t) for t in types]}
     if sentencepiece:
         fields["tokenizer.ggml.scores"] = _scores(kind, model, tokens)
