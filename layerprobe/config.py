@@ -44,6 +44,7 @@ DEMO_REFERENCE = "reports/demo"  # the committed demo run: never a default --out
 # the options every run folder has: where it goes and how it is drawn, never what it measures
 _OUT = dict(numbers=False, flag="--out")
 EXPORT_FORMATS = ("hf", "gguf")
+GGUF_TYPES = ("f32", "f16", "bf16")  # export --gguf-type: what a transformers source's matrices are written in
 _FORMATS = dict(numbers=False, flag="--format", parse="csv", choices=FORMATS,
                 help="Plot formats, comma-separated: png, svg, pdf.")
 _SUBLAYER = ("--part attn|mlp: branch zeroes what the sub-layer adds to the residual stream and keeps every norm "
@@ -291,8 +292,13 @@ class ExportConfig:
     overwrite: bool = setting(False, numbers=False, help="Replace an --out folder that an earlier export wrote.")
     formats: tuple[str, ...] = setting(("hf",), numbers=False, flag="--format", parse="csv", choices=EXPORT_FORMATS,
                                        help="What to write, comma-separated: hf (a transformers folder), gguf "
-                                       "(model.gguf for llama.cpp, from a GGUF source: its kept blocks byte for "
-                                       "byte), or hf,gguf.")
+                                       "(model.gguf for llama.cpp: a GGUF source's kept blocks byte for byte, a "
+                                       "transformers LLaMA, Qwen2 or Gemma 3 converted as llama.cpp's converter "
+                                       "does), or hf,gguf.")
+    gguf_type: str | None = setting(None, choices=GGUF_TYPES, applies=("formats", "has", "gguf"),
+                                    help="--format gguf from a transformers model: the matrices' type, f32, f16 or "
+                                    "bf16 (None: f16, llama.cpp's converter's default); norms and biases F32. A "
+                                    "GGUF source's blocks keep their own types.")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     verify: bool = setting(True, numbers=False, negative=True, help="Reload the export with plain transformers and "
                            "compare its outputs with the pruned model before finishing.")

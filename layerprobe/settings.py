@@ -49,7 +49,8 @@ class Mark:
     ranges: bool = False  # block ids as text ('2,3', '2-3', '3,2'): the identity holds them in one spelling
     applies: tuple | None = None  # (setting path from the config's root, values it applies with): given while that
     # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
-    # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None
+    # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
+    # only where the list x holds value
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -430,6 +431,8 @@ def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
         return bool(value), flag, value
     if rule[1] == "not":
         return value not in rule[2], flag, value
+    if rule[1] == "has":  # a list setting (--format hf,gguf) that must hold the value
+        return rule[2] in (value or ()), flag, ",".join(map(str, value or ()))
     return value in rule[1], flag, value
 
 
@@ -452,6 +455,7 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
         applies, flag, then = _applies_now(root, mark.applies)
         if not applies:
             wanted = ("given" if mark.applies[1] == "nonzero" else
+                      f"{mark.applies[2]} (alone or in a list)" if mark.applies[1] == "has" else
                       f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else

@@ -1,6 +1,6 @@
 """export --format gguf (issue 50): the written GGUF against the source file's own bytes and metadata through gguf's
 reader, reloaded by transformers' GGUF loader against the HF export, per-layer arrays cut on hand-built GGUFs, and
-the bad inputs. The llama.cpp check itself (llama-cpp-python) is in test_gguf_llamacpp.py."""
+the bad inputs. A transformers source's conversion: test_gguf_convert.py. The llama.cpp check itself (llama-cpp-python) is in test_gguf_llamacpp.py."""
 
 from __future__ import annotations
 
@@ -188,13 +188,11 @@ def test_a_gguf_out_path_layerprobe_did_not_write_is_never_replaced(tmp_path, ca
                         str(tmp_path / "o")), "whole-block removals only")
 
 
-def test_gguf_from_a_transformers_source_is_refused_before_loading(model_dirs, tmp_path):
-    out = tmp_path / "out"
-    assert_error(invoke("export", str(model_dirs["llama"]), "--remove", "1", "--format", "gguf", "--out", str(out)),
-                 "--format gguf needs a GGUF source")
+def test_a_gguf_out_path_needs_format_gguf(model_dirs, tmp_path):
+    # a transformers source's conversion is tested in test_gguf_convert.py
     assert_error(invoke("export", str(model_dirs["llama"]), "--remove", "1", "--out", str(tmp_path / "o.gguf")),
                  "names a .gguf file")
-    assert not out.exists() and not (tmp_path / "o.gguf").exists()
+    assert not (tmp_path / "o.gguf").exists()
 
 
 def test_a_removal_leaving_no_blocks_writes_nothing(tmp_path):

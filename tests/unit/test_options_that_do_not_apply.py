@@ -48,13 +48,16 @@ def idle_setting(cls: type, rule: tuple) -> dict:
     fields = {path: f for path, f, _ in walk(cls)}
     if rule[1] == "not":
         return nested(rule[0], rule[2][0])
+    if rule[1] == "has":  # a list setting without the value (export --format hf for --gguf-type)
+        return nested(rule[0], tuple(c for c in mark_of(fields[rule[0]]).choices if c != rule[2]))
     idle = next(c for c in mark_of(fields[rule[0]]).choices if c not in rule[1])
     return nested(rule[0], idle)
 
 
 def test_the_rule_covers_the_options_the_issue_names():
     named = {(name, path) for name, _, path, _ in CASES}
-    for case in [("heal", "steps"), ("heal", "lora_rank"), ("prune", "num_fewshot"), ("gradnorm", "monitor_every")]:
+    for case in [("heal", "steps"), ("heal", "lora_rank"), ("prune", "num_fewshot"), ("gradnorm", "monitor_every"),
+                 ("export", "gguf_type")]:
         assert case in named
 
 
@@ -66,7 +69,7 @@ def test_an_option_that_does_not_apply_is_refused_naming_it(name, cls, path, f):
         resolve(cls, given)
     message = str(caught.value)
     assert message.startswith(flag_of(f)) and "does nothing with" in message and "\n" not in message
-    assert f"--{rule[0].split('.')[-1].replace('_', '-')}" in message
+    assert flag_of({p: g for p, g, _ in walk(cls)}[rule[0]]) in message  # the flag it depends on (--format)
     if not mark_of(f).project:  # the library's call: the same refusal
         config, _ = resolve(cls, idle_setting(cls, rule))
         owner = config
@@ -83,7 +86,9 @@ def test_from_a_project_file_or_where_it_applies_it_is_taken(name, cls, path, f)
     if mark_of(f).project:
         config, sources = resolve(cls, idle_setting(cls, rule), project={f.name: other_value(f)})
         assert sources[path].startswith("[tool.layerprobe]")
-    if rule[1] not in ("nonzero", "not"):
+    if rule[1] == "has":
+        resolve(cls, merge(nested(rule[0], (rule[2],)), nested(path, other_value(f))))
+    elif rule[1] not in ("nonzero", "not"):
         resolve(cls, merge(nested(rule[0], rule[1][0]), nested(path, other_value(f))))
 
 
