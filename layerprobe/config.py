@@ -344,6 +344,10 @@ class HealConfig:
     gain: bool | None = setting(None, numbers=False, negative=True, help="Time the original and shortened models "
                                 "(prefill, decode with generate) for the record (default: on for --method lora and "
                                 "tail; off for lstsq and cosine, whose timing would take longer than their repair).")
+    merged: bool = setting(True, numbers=False, negative=True, help="Write merged/, the healed model as a plain "
+                           "transformers checkpoint (the size of the model: SmolLM2 436 MB), reloaded to verify it; "
+                           "--no-merged skips it (the scores, adapter/ or transform.safetensors are kept; export and "
+                           "the other commands then have no checkpoint to read).")
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/heal).")
     overwrite: bool = setting(False, **_OVERWRITE)
     resume: bool = setting(False, numbers=False, help="Continue an interrupted healing in --out from its last save.")
