@@ -117,6 +117,15 @@ def _smollm2_costs(run: str) -> list[str]:
             f"{pruned(run, 0)['delta']:+.1f}", f"+{thousands(ppl_0['delta'])}"]
 
 
+def _repair_row(run: str) -> list[str]:
+    """The README's repair table, k = 7: none (the lstsq run's before), lstsq, LoRA (smollm2-heal-12-18)."""
+    lstsq, lora = summary(run), summary("reports/examples/smollm2-heal-12-18")
+    return [f"{lstsq['heldout_unpruned_ppl']:.1f}", f"{lstsq['heldout_before']['ppl']:.1f}",
+            f"{lstsq['heldout_before']['kl']:.2f}", f"{lstsq['heldout_after']['ppl']:.1f}",
+            f"{lstsq['heldout_after']['kl']:.2f}", f"{lstsq['repair_seconds']:.0f}", f"{lstsq['seconds'] / 60:.0f}",
+            f"{lora['heldout_after']['ppl']:.1f}", f"{lora['heldout_after']['kl']:.2f}", f"{lora['seconds'] / 60:.0f}"]
+
+
 def _mmlu(run: str) -> list[str]:
     s = summary(run)
     return [f"{s['baseline']:.3f}", f"{s['chance_test']['chance']:.2f}", f"{s['chance_test']['baseline']['p']:.2f}",
@@ -160,6 +169,8 @@ QUOTES = [
                        minutes(summary(run)["seconds"])]),
     Quote("docs/heal.md", "SmolLM2 without 12-18 at heal's defaults but --tokens 8192, the kl after lstsq is {}", REPAIR,
           lambda run: [f"{summary(run)['heldout_after']['kl']:.3f}"]),
+    Quote("README.md", "| 12-18 (k = 7; `--tokens 8192`; unpruned {}) | {} / {} | {} / {} (fit {} s; whole run {} min, "
+          "load ~10) | {} / {} (whole run {} min, load 1) |", REPAIR, lambda run: _repair_row(run)),
     # SmolLM2 in the demo (README and guide), ARC-Easy and MMLU examples (README and guide)
     Quote("README.md", "The smallest d(l, 1) are layers {} ({}), {}, {}, {} and {}; the largest {} ({}), {} and {}.",
           SMOL_ANGULAR, _smollm2_angular),
