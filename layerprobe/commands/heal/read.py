@@ -27,8 +27,7 @@ def heal_findings(run: Run) -> list[str]:
     said = change_text(s.get("heldout_change"))
     if said:
         out.append(said[0].upper() + said[1:] + ".")
-    out.append(merged_text(s))
-    return out
+    return out + [merged_text(s)] if "merged" in s else out
 
 
 def change_text(change: dict | None) -> str:
