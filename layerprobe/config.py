@@ -305,8 +305,8 @@ class HealConfig:
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's or "
                                   "the export's source).")
     _: KW_ONLY
-    # 4,096 held-out positions: SmolLM2 without 12-18, the kl after lstsq is 0.514 +- 0.022 (stderr over the 16
-    # sequences; 0.505 +- 0.015 at 8,192), its fall from removal 0.40 +- 0.02: heal --method lstsq runs in a minute
+    # 4,096 held-out positions (16 sequences): SmolLM2 without 12-18, the kl after lstsq is 0.5055, its change from
+    # removal -0.409 (paired 95% interval -0.460 to -0.359; 2026-11-28, heal --no-merged, 2 min 36 s wall at load ~5)
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=4096, seq_len=256, batch_size=4),
                                 help="The corpus: held-out text first, training text after it.")
     remove: str | None = setting(None, resolved="removed", ranges=True, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "

@@ -215,9 +215,10 @@ class NoticeLines(logging.Handler):
 
 
 class LogProgress:
-    """Plain progress lines for logs: one at a stage's first progress, one when it ends, and one at least every
-    `every` seconds in between, with done/total, the rate and the time left. (A run that fails before any progress
-    prints only its error.)"""
+    """Plain progress lines for logs: one when a stage starts (so a log shows each phase from its first second, not
+    only once its first item is done), one at its first progress, one when it ends, and one at least every `every`
+    seconds in between, with done/total, the rate and the time left. (A run that fails before any progress prints
+    only its error.)"""
 
     def __init__(self, every: float = 30.0, clock: Callable[[], float] = time.monotonic,
                  write: Callable[[str], None] | None = None) -> None:
@@ -231,6 +232,8 @@ class LogProgress:
         now = self.clock()
         if stage not in self.stages:
             self.stages[stage], self.last[stage] = (now, done), None
+            if done < total:
+                self.write(f"{stage}: {done:,}/{total:,} {'started' if done == 0 else 'resumed'}")
             return
         start, first = self.stages[stage]
         last = self.last[stage]
