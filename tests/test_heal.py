@@ -220,8 +220,9 @@ def test_distill_starts_at_prunes_kl_and_lowers_it(model_dirs, tmp_path):
 KILLER = """
 import os, signal, sys
 from layerprobe import HealConfig, ModelOptions, DataOptions, heal
+from layerprobe.repair.loop import STEPS_STAGE
 def progress(stage, done, total):
-    if stage == "heal steps" and done == 5:
+    if stage == STEPS_STAGE and done == 5:
         os.kill(os.getpid(), signal.SIGKILL)  # after the save at step 4: step 5 is lost
 heal(HealConfig(model=ModelOptions(sys.argv[1]), data=DataOptions("builtin", tokens=256, seq_len=32, batch_size=4),
                 remove="1", steps=8, lr=1e-2, lora_rank=4, eval_every=4, save_every=4, gain=False, out=sys.argv[2]),

@@ -352,11 +352,12 @@ def test_heldout_change_intervals_match_scipy_and_paths_are_the_run_folders(mode
     assert len(set(before[:, 1])) == 1  # every sequence the same positions
     d = after[:, 0] / after[:, 1] - before[:, 0] / before[:, 1]
     lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
-    kl = change["kl"]
-    assert kl["change"] == pytest.approx(d.mean(), rel=1e-4, abs=1e-9)
-    assert (kl["lo"], kl["hi"]) == pytest.approx((lo, hi), rel=1e-3, abs=1e-9)
+    kl = change["kl"]  # layerprobe's kl is float32 (a change of 6e-5 between kls of 1e-3: float noise ~1e-7)
+    assert kl["change"] == pytest.approx(d.mean(), abs=3e-7)
+    assert (kl["lo"], kl["hi"]) == pytest.approx((lo, hi), abs=3e-7)
+    assert kl["stderr"] == pytest.approx(stats.sem(d), rel=0.02)
     assert kl["p"] == pytest.approx(stats.ttest_rel(after[:, 0] / after[:, 1], before[:, 0] / before[:, 1]).pvalue,
-                                    rel=1e-3, abs=1e-12)
+                                    rel=0.05, abs=1e-12)
     nll_before, nll_after = (np.array(reference_sequences("ppl", full, m, folder, 512, 32, 4)) for m in (removed,
                                                                                                          repaired))
     ppl = change["ppl"]
