@@ -322,8 +322,8 @@ class HealConfig:
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's or "
                                   "the export's source).")
     _: KW_ONLY
-    # 4,096 held-out positions: SmolLM2 without 12-18, the kl after lstsq is 0.514 +- 0.022 (stderr over the 16
-    # sequences; 0.505 +- 0.015 at 8,192), its fall from removal 0.40 +- 0.02: heal --method lstsq runs in a minute
+    # 4,096 held-out positions (16 sequences): SmolLM2 without 12-18, the kl after lstsq is 0.5055, its change from
+    # removal -0.409 (paired 95% interval -0.460 to -0.359; 2026-11-28, heal --no-merged, 2 min 36 s wall at load ~5)
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=4096, seq_len=256, batch_size=4),
                                 help="The corpus: held-out text first, training text after it.")
     remove: str | None = setting(None, resolved="removed", ranges=True, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
@@ -361,6 +361,10 @@ class HealConfig:
     gain: bool | None = setting(None, numbers=False, negative=True, help="Time the original and shortened models "
                                 "(prefill, decode with generate) for the record (default: on for --method lora and "
                                 "tail; off for lstsq and cosine, whose timing would take longer than their repair).")
+    merged: bool = setting(True, numbers=False, negative=True, help="Write merged/, the healed model as a plain "
+                           "transformers checkpoint (the size of the model: SmolLM2 436 MB), reloaded to verify it; "
+                           "--no-merged skips it (the scores, adapter/ or transform.safetensors are kept; export and "
+                           "the other commands then have no checkpoint to read).")
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/heal).")
     overwrite: bool = setting(False, **_OVERWRITE)
     resume: bool = setting(False, numbers=False, help="Continue an interrupted healing in --out from its last save.")

@@ -223,3 +223,21 @@ def reload_without_layerprobe(folder, ids: list[int], cwd) -> dict:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=cwd)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def reference_sequences(task, full, pruned, folder, tokens, seq_len, batch_size):
+    """Hand-rolled per-sequence (sum over positions, positions) of ppl's negative log-likelihood or kl, float64, over
+    the same packed batches as reference_metric."""
+    tok = transformers.AutoTokenizer.from_pretrained(folder)
+    out = []
+    for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):
+        ids = batch.input_ids
+        with torch.no_grad():
+            p, q = (m(input_ids=ids).logits.double().log_softmax(-1) for m in (full, pruned))
+        for row in range(ids.shape[0]):
+            if task == "ppl":
+                out.append((-sum(float(q[row, t, ids[row, t + 1]]) for t in range(ids.shape[1] - 1)),
+                            ids.shape[1] - 1))
+            else:
+                out.append((float((p[row].exp() * (p[row] - q[row])).sum()), ids.shape[1]))
+    return out

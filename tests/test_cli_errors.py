@@ -212,6 +212,27 @@ def test_progress_lines_in_a_log():
                      "tokens: 1,000/1,000 done after 0:01:20, 12.5/s"]
 
 
+def test_a_stage_that_lasts_says_it_started_and_a_quick_one_or_an_error_does_not():
+    """A CI log shows a slow phase from its start (its first item may take long: a SmolLM2 held-out batch, 14 s),
+    not a line for a phase that moves at once, nor one before an error (settle)."""
+    import time as clock
+
+    from layerprobe.cli.common import LogProgress, settle
+
+    lines = []
+    progress = LogProgress(write=lines.append, start_after=0.05)
+    progress("held-out scores (batches)", 0, 4)
+    clock.sleep(0.3)
+    assert lines == ["held-out scores (batches): 0/4 started"]
+    progress("capture (batches)", 0, 4)
+    progress("overall (steps)", 0, 9)  # another stage's call (the demo's overall bar) leaves it pending
+    progress("capture (batches)", 1, 4)  # moved before the delay: no start line, its first progress line instead
+    progress("outputs (files written)", 0, 3)
+    settle()  # an error: nothing more
+    clock.sleep(0.3)
+    assert lines[1:] == [lines[1]] and lines[1].startswith("capture (batches): 1/4 25%")
+
+
 def test_slow_stage_says_seconds_each_not_zero_per_second():
     from layerprobe.cli.common import LogProgress
 
@@ -236,8 +257,9 @@ def test_cli_prints_progress_lines_when_not_a_terminal(model_dirs, tmp_path):
     lines = result.stderr.splitlines()
     # phase lines (a load that lasts) may come first; then the stage's counts, plain
     counts = [line for line in lines if not line.startswith("loading ")]
-    assert counts[0].startswith(("tokens: ", "logit lens: ")) and "tokens: 256/256 done after" in result.stderr, result.stderr
-    assert "logit lens: 16/16 done after" in result.stderr  # the lens's own phase, in positions, to its end
+    assert counts[0].startswith(("tokens: ", "logit lens (positions): ")), result.stderr
+    assert "tokens: 256/256 done after" in result.stderr, result.stderr
+    assert "logit lens (positions): 16/16 done after" in result.stderr  # the lens's own phase, named by its unit
     assert "\x1b[" not in result.stderr  # plain lines
 
 

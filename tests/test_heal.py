@@ -142,7 +142,7 @@ def test_healing_lowers_heldout_loss_as_a_hand_written_peft_loop_does(healed, mo
 
     folder = model_dirs["llama"]
     table = pd.read_csv(healed / "heal.csv")
-    assert list(table.columns) == ["step", "loss", "lr", "heldout_ppl", "heldout_kl"]
+    assert list(table.columns)[:5] == ["step", "loss", "lr", "heldout_ppl", "heldout_kl"]  # the contract's, first
     assert list(table["step"]) == list(range(9)) and table["heldout_ppl"].notna().tolist() == [
         True, False, False, False, True, False, False, False, True]
     summary = json.loads((healed / "summary.json").read_text())
@@ -220,8 +220,9 @@ def test_distill_starts_at_prunes_kl_and_lowers_it(model_dirs, tmp_path):
 KILLER = """
 import os, signal, sys
 from layerprobe import HealConfig, ModelOptions, DataOptions, heal
+from layerprobe.repair.loop import STEPS_STAGE
 def progress(stage, done, total):
-    if stage == "heal steps" and done == 5:
+    if stage == STEPS_STAGE and done == 5:
         os.kill(os.getpid(), signal.SIGKILL)  # after the save at step 4: step 5 is lost
 heal(HealConfig(model=ModelOptions(sys.argv[1]), data=DataOptions("builtin", tokens=256, seq_len=32, batch_size=4),
                 remove="1", steps=8, lr=1e-2, lora_rank=4, eval_every=4, save_every=4, gain=False, out=sys.argv[2]),
@@ -336,3 +337,45 @@ def test_healed_curve_equals_heal_and_resumes_per_set(model_dirs, tmp_path):
 def test_bad_heal_input(args, needle, model_dirs, tmp_path):
     result = invoke("heal", str(model_dirs["llama"]), *DATA, *args, "--out", str(tmp_path / "x"))
     assert_error(result, needle)
+
+
+def test_too_few_heldout_sequences_keep_their_intervals_untested(healed):
+    """8 held-out sequences (below MIN_DOCUMENTS): heal.csv and summary.json keep the paired intervals of the change,
+    no p-value, and the report says too few documents to test."""
+    import json
+
+    from layerprobe.commands.heal.read import heal_findings
+    from layerprobe.runs.read import load_run
+
+    change = json.loads((healed / "summary.json").read_text())["heldout_change"]
+    assert change["sequences"] == 8 and change["tested"] is False
+    assert change["kl"]["p"] is None and change["kl"]["lo"] < change["kl"]["change"] < change["kl"]["hi"]
+    table = pd.read_csv(healed / "heal.csv")
+    scored = table.dropna(subset=["heldout_ppl"])
+    assert scored["kl_change_lo"].isna().tolist() == [True, False, False]  # step 0 has no change
+    assert scored["kl_change_hi"].iloc[-1] == pytest.approx(change["kl"]["hi"])
+    text = " ".join(heal_findings(load_run(healed)))
+    assert "paired 95% intervals over the 8 held-out sequences" in text and "too few documents to test" in text
+
+
+def test_no_merged_writes_no_checkpoint_and_readers_refuse_it(model_dirs, tmp_path):
+    """--no-merged: no merged/, the summary and the report say so, and a command given the run (or its missing
+    merged/) as MODEL refuses it in one line."""
+    import json
+
+    out = tmp_path / "run"
+    result = invoke("heal", str(model_dirs["llama"]), *HEAL[:10], "--steps", "2", "--eval-every", "2",
+                    "--lora-rank", "4", "--no-gain", "--no-merged", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "no merged checkpoint (--no-merged)" in " ".join(result.output.split())
+    assert not (out / "merged").exists() and (out / "adapter").is_dir()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["merged"] is None and summary["merged_bytes"] is None
+    assert summary["verified_max_difference"] is None
+    report = invoke("report", str(out), "--out", str(tmp_path / "report"))
+    assert report.exit_code == 0, report.output
+    assert "No merged/ checkpoint was written (--no-merged)" in (tmp_path / "report" / "report.md").read_text()
+    for model in (out, out / "merged"):
+        assert_error(invoke("export", str(model), "--remove", "1", "--out", str(tmp_path / "x")), "--no-merged")
+        assert_error(invoke("angular", str(model), "--dataset", "builtin", "--tokens", "64", "--out",
+                            str(tmp_path / "y")), "--no-merged")

@@ -323,3 +323,50 @@ def test_bad_curve_heal_input(args, needle, model_dirs, tmp_path):
     result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", "--curve", "--strategies", "last",
                     "--max-removed", "1", *DATA, *args, "--out", str(tmp_path / "x"))
     assert_error(result, needle)
+
+
+def test_heldout_change_intervals_match_scipy_and_paths_are_the_run_folders(model_dirs, tmp_path, monkeypatch):
+    """16 held-out sequences (tested): the kl change's paired interval and p are scipy's paired t on the per-sequence
+    mean KL (equal positions per sequence make the ratio's influence the paired difference), the ppl change's
+    standard error a naive bootstrap's (another generator); the run is started from another working directory and
+    records transform, merged and the healing record's transform relative to the run folder (issue 49 item 10)."""
+    from .helpers import reference_sequences
+
+    folder, out = model_dirs["llama"], tmp_path / "elsewhere" / "run"
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    data = ["--dataset", "builtin", "--tokens", "512", "--seq-len", "32", "--batch-size", "4"]
+    result = invoke("heal", str(folder), "--remove", "1-2", "--method", "lstsq", *data, "--calibration-tokens",
+                    str(CALIBRATION), "--no-gain", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    record = json.loads((out / "merged" / "layerprobe-removal.json").read_text())
+    assert summary["transform"] == record["healing"]["transform"] == "transform.safetensors"
+    assert summary["merged"] == "merged" and summary["merged_bytes"] > 0
+    full = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
+    removed = independent_pruned(folder, transformers.AutoModelForCausalLM, [1, 2])
+    repaired = transformers.AutoModelForCausalLM.from_pretrained(out / "merged").eval()
+    change = summary["heldout_change"]
+    assert change["sequences"] == 16 and change["tested"] is True
+    before, after = (np.array(reference_sequences("kl", full, m, folder, 512, 32, 4)) for m in (removed, repaired))
+    assert len(set(before[:, 1])) == 1  # every sequence the same positions
+    d = after[:, 0] / after[:, 1] - before[:, 0] / before[:, 1]
+    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    kl = change["kl"]  # layerprobe's kl is float32 (a change of 6e-5 between kls of 1e-3: float noise ~1e-7)
+    assert kl["change"] == pytest.approx(d.mean(), abs=3e-7)
+    assert (kl["lo"], kl["hi"]) == pytest.approx((lo, hi), abs=3e-7)
+    assert kl["stderr"] == pytest.approx(stats.sem(d), rel=0.02)
+    assert kl["p"] == pytest.approx(stats.ttest_rel(after[:, 0] / after[:, 1], before[:, 0] / before[:, 1]).pvalue,
+                                    rel=0.05, abs=1e-12)
+    nll_before, nll_after = (np.array(reference_sequences("ppl", full, m, folder, 512, 32, 4)) for m in (removed,
+                                                                                                         repaired))
+    ppl = change["ppl"]
+    exp_ratio = lambda rows: np.exp(rows[..., 0].sum(-1) / rows[..., 1].sum(-1))  # noqa: E731
+    assert ppl["change"] == pytest.approx(exp_ratio(nll_after) - exp_ratio(nll_before), rel=1e-4)
+    draws = np.random.RandomState(12345).randint(0, 16, size=(4000, 16))
+    naive = exp_ratio(nll_after[draws]) - exp_ratio(nll_before[draws])
+    assert ppl["stderr"] == pytest.approx(naive.std(ddof=1), rel=0.1)
+    assert ppl["lo"] < ppl["change"] < ppl["hi"]
+    table = pd.read_csv(out / "heal.csv")
+    assert table["kl_change_lo"].iloc[1] == pytest.approx(kl["lo"]) and table["kl_change_lo"].isna().iloc[0]
+    assert table["ppl_change_hi"].iloc[1] == pytest.approx(ppl["hi"])

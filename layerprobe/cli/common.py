@@ -184,7 +184,16 @@ PHASE_AFTER = 2.0  # seconds a phase runs before its line shows
 
 
 def settle() -> None:
-    """The phase announced last is over (progress began, another phase, an error): its line is not shown late."""
+    """The phase announced last is over (progress began, another phase, an error): its line is not shown late; on an
+    error (or the command's end) no stage's start line either (LogProgress)."""
+    end_phase()
+    for timer in LogProgress.starting.values():
+        timer.cancel()
+    LogProgress.starting.clear()
+
+
+def end_phase() -> None:
+    """The phase announced last is over: its line is not shown late."""
     if PhaseLines.pending is not None:
         PhaseLines.pending.cancel()
         PhaseLines.pending = None
@@ -215,22 +224,35 @@ class NoticeLines(logging.Handler):
 
 
 class LogProgress:
-    """Plain progress lines for logs: one at a stage's first progress, one when it ends, and one at least every
-    `every` seconds in between, with done/total, the rate and the time left. (A run that fails before any progress
-    prints only its error.)"""
+    """Plain progress lines for logs: one when a stage has lasted `start_after` seconds without a line (so a log
+    shows a slow phase from its start, not only once its first item is done), one at its first progress, one when
+    it ends, and one at least every `every` seconds in between, with done/total, the rate and the time left. (A run
+    that fails before any progress prints only its error.)"""
 
     def __init__(self, every: float = 30.0, clock: Callable[[], float] = time.monotonic,
-                 write: Callable[[str], None] | None = None) -> None:
+                 write: Callable[[str], None] | None = None, start_after: float | None = None) -> None:
         self.every, self.clock = every, clock
+        self.start_after = PHASE_AFTER if start_after is None else start_after
         self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
         self.stages: dict[str, tuple[float, int]] = {}  # stage -> (start time, done at start)
         self.last: dict[str, float | None] = {}  # stage -> when its last line was written (None: not yet)
 
+    starting: dict[str, threading.Timer] = {}  # stage -> its pending start line (settle cancels them all)
+
     def __call__(self, stage: str, done: int, total: int) -> None:
-        settle()
+        end_phase()
+        pending = LogProgress.starting.pop(stage, None)
+        if pending is not None:
+            pending.cancel()
         now = self.clock()
         if stage not in self.stages:
             self.stages[stage], self.last[stage] = (now, done), None
+            if done < total:  # said once the stage lasts; its next call, or an error (settle), cancels it
+                line = f"{stage}: {done:,}/{total:,} {'started' if done == 0 else 'resumed'}"
+                timer = threading.Timer(self.start_after, lambda: self.write(line))
+                timer.daemon = True
+                LogProgress.starting[stage] = timer
+                timer.start()
             return
         start, first = self.stages[stage]
         last = self.last[stage]

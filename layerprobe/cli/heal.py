@@ -36,6 +36,7 @@ def heal(
     if config.remove and not config.from_curve and not (Path(config.model.model) / REMOVAL_FILE).is_file():
         call(refuse_ranges_early, config.model, remove=config.remove)  # in a moment, before torch is imported
     from layerprobe.cli.export import show_gain
+    from layerprobe.commands.heal.read import change_text
     from layerprobe.commands.heal.run import run_heal
     with progress_bar() as progress:
         run = call(run_heal, config, progress)
@@ -49,7 +50,13 @@ def heal(
               f"left) by {method}, {how}, {s['repair_seconds']:.1f} s: held-out ppl {before['ppl']:.4g} -> "
               f"{after['ppl']:.4g} (unpruned {s['heldout_unpruned_ppl']:.4g}), kl {before['kl']:.4g} -> "
               f"{after['kl']:.4g}", highlight=False)
+    said = change_text(s.get("heldout_change"))
+    if said:
+        out.print(said, highlight=False)
     if s["gain"]:
         show_gain(s["gain"], s["device"])
-    kept = f"adapter {s['adapter']}; " if s.get("adapter") else (f"maps {s['transform']}; " if s.get("transform") else "")
-    out.print(f"{kept}merged checkpoint {s['merged']} -> [bold]{run.folder}[/bold]", highlight=False)
+    kept = f"adapter {run.folder / s['adapter']}; " if s.get("adapter") else (
+        f"maps {run.folder / s['transform']}; " if s.get("transform") else "")
+    merged = (f"merged checkpoint {run.folder / s['merged']} ({s['merged_bytes'] / 1e6:,.0f} MB)" if s.get("merged")
+              else "no merged checkpoint (--no-merged)")
+    out.print(f"{kept}{merged} -> [bold]{run.folder}[/bold]", highlight=False)

@@ -67,6 +67,8 @@ def prune(
 
 def show_prune(run) -> None:
     """The dP table and the one-line verdict, for prune and merge."""
+    from layerprobe.commands.prune.read import cost_rho
+
     show_warnings(run.warnings)
     s = run.summary
     table = Table(title=f"dP = P_pruned - P_original ({s['metric']}, baseline {s['baseline']:.4g})")
@@ -85,7 +87,9 @@ def show_prune(run) -> None:
         c = s["shared_prefix"]
         out.print(f"shared prefix: batch {c['batch_size']} (longest request {c['longest_tokens']} tokens, "
                   f"{c['gib_per_sequence']} GiB per sequence, {c['budget_gib']} GiB allowed)", highlight=False)
-    extra = f", Spearman(angular, dP) = {s['spearman_angular_delta']:.2f}" if s["spearman_angular_delta"] is not None else ""
+    rho = s["spearman_angular_delta"]  # with dP in summary.json; said with the cost of removal, as the findings say it
+    extra = (f", Spearman(d(l, 1), cost of removal) = {cost_rho(rho, s.get('higher_is_better', True)):+.2f}"
+             if rho is not None else "")
     if paired:  # what the paired intervals carry, not a ranking of noise
         found = ", ".join(s.get("significant") or []) or "none"
         out.print(f"measurably different (paired 95% interval, Holm's correction over {len(main)}): {found}; least "

@@ -169,8 +169,10 @@ class _Overall:
         total = sum(self.weights)
         self.before = sum(self.weights[:index])
 
+        label = f"step {index + 1}/{len(self.weights)}, {name}: "  # which sub-run of how many, then its own unit
+
         def report(inner: str, done: int, whole: int) -> None:
-            self.progress(f"{name}: {inner}", done, whole)
+            self.progress(label + inner, done, whole)
             share = self.weights[index] * min(done / whole, 1.0) if whole else 0.0
             self.progress(OVERALL, round(1000 * (self.before + share) / total), 1000)
 

@@ -132,6 +132,9 @@ def locate(spec: str, gguf_file: str | None = None) -> tuple[str, Path | None]:
             raise ModelLoadError(f"GGUF file '{spec}' does not exist: pass an existing .gguf file, or a folder or hub "
                                  "repo with --gguf-file NAME.")
         return "gguf", None
+    problem = heal_run_problem(path)
+    if problem:
+        raise ModelLoadError(problem)
     if path.exists():
         check_model_folder(path)
         return "local", path
@@ -141,6 +144,22 @@ def locate(spec: str, gguf_file: str | None = None) -> tuple[str, Path | None]:
             f"a hub id such as 'Qwen/Qwen2.5-0.5B', or 'minilm' for the embedded model."
         )
     return "hub", None
+
+
+def heal_run_problem(path: Path) -> str | None:
+    """Where MODEL is a `layerprobe heal` run folder, or its merged/ of a --no-merged run: what to pass instead (the
+    run's summary.json says; runs/ is not imported here, below it), else None."""
+    run = path.parent if path.name == "merged" else path
+    try:
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(summary, dict) or summary.get("command") != "heal" or (path / "config.json").is_file():
+        return None
+    if "merged" in summary and not summary["merged"]:
+        return (f"'{run}' is a heal run written with --no-merged: it has no merged/ checkpoint to load. Heal again "
+                "without --no-merged to write one, or pass the unhealed model.")
+    return f"'{path}' is a heal run folder, not a model: pass its healed checkpoint '{run / 'merged'}'."
 
 
 def check_model_folder(path: Path) -> None:

@@ -10,7 +10,7 @@ The ridge pulls T towards the identity, i.e. towards plain removal (T = I gives 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,15 +79,18 @@ def capturing(projection: Any, first: Any, last: Any, store: RunActivations, sca
 
 
 def collect(model: Any, projection: Any, first: Any, last: Any, batches: Any, device: str,
-            scale: float = 1.0) -> RunActivations:
-    """Run the calibration batches (full packed sequences, (batch, seq) each) through the model up to block `last`."""
+            scale: float = 1.0, tick: Callable[[int], None] | None = None) -> RunActivations:
+    """Run the calibration batches (full packed sequences, (batch, seq) each) through the model up to block `last`;
+    `tick(n)` after the n-th batch."""
     store = RunActivations()
     with capturing(projection, first, last, store, scale):
-        for ids in batches:
+        for number, ids in enumerate(batches, 1):
             try:
                 model(input_ids=ids.to(device), use_cache=False)
             except _Enough:
                 pass
+            if tick is not None:
+                tick(number)
     return store
 
 
@@ -116,9 +119,11 @@ def cosine_loss(T: Any, m: Any, x_in: Any, x_out: Any) -> Any:
     return 1 - torch.nn.functional.cosine_similarity(made, x_out, dim=-1).mean()
 
 
-def fit_cosine(m: Any, x_in: Any, x_out: Any, start: Any, steps: int, lr: float) -> tuple[Any, list[float]]:
+def fit_cosine(m: Any, x_in: Any, x_out: Any, start: Any, steps: int, lr: float,
+               tick: Callable[[int], None] | None = None) -> tuple[Any, list[float]]:
     """(T float64, the objective before each step and after the last): full-batch Adam on cosine_loss in float32 from
-    `start`; the T of the lowest objective seen is returned, so it is never worse than `start`."""
+    `start`; the T of the lowest objective seen is returned, so it is never worse than `start`. `tick(n)` after
+    the n-th step."""
     import torch
 
     T = start.float().clone().requires_grad_(True)
@@ -134,6 +139,8 @@ def fit_cosine(m: Any, x_in: Any, x_out: Any, start: Any, steps: int, lr: float)
         if step < steps:
             loss.backward()
             optimizer.step()
+            if tick is not None:
+                tick(step + 1)
     return best_T, history
 
 

@@ -14,7 +14,8 @@ from layerprobe.errors import NumericsError, numerics_fix
 from layerprobe.evaluation.taskfree import finish, metric_rows, metric_sum
 from layerprobe.models.lora import load_optimizer_tensors, load_trained_tensors, optimizer_tensors, trained_tensors
 from layerprobe.models.training import lr_factor
-from layerprobe.progress import Progress
+from layerprobe.progress import Progress, silent
+from layerprobe.repair.change import change_columns, change_intervals
 from layerprobe.runs.resume import PassCheckpoint
 
 
@@ -42,22 +43,29 @@ class Healing:
     step: int = 0
     seconds: float = 0.0  # the loop's working time, interrupted parts included
     before: float = 0.0  # of which the interrupted parts' (restored from the save)
+    baseline: dict = field(default_factory=dict)  # step 0's per-sequence [sum, positions] by metric (the change's base)
+    change: dict = field(default_factory=dict)  # the last scored step's paired intervals by metric (repair/change.py)
 
 
 def logits(model: Any, ids: Any) -> Any:
     return model(input_ids=ids, use_cache=False).logits
 
 
-def heldout_scores(models: Models, data: Data, sequences: dict | None = None) -> tuple[float, float]:
+HELDOUT_STAGE = "held-out scores (batches)"  # the progress stage of a held-out scoring, in held-out batches
+
+
+def heldout_scores(models: Models, data: Data, sequences: dict | None = None, progress: Progress = silent,
+                   stage: str = HELDOUT_STAGE) -> tuple[float, float]:
     """(ppl of the shortened model, mean KL(unpruned || shortened)) on the held-out batches: the same sums as
     `prune --task ppl` and `--task kl` (evaluation/metric.py); `sequences`, if given, gets each metric's
-    [sum, positions] per held-out sequence (a healed curve's records)."""
+    [sum, positions] per held-out sequence (a healed curve's records, heal's paired intervals)."""
     import torch
 
     sums = {"ppl": [0.0, 0], "kl": [0.0, 0]}
     models.student.eval()
+    progress(stage, 0, len(data.heldout))
     with torch.no_grad():
-        for batch in data.heldout:
+        for number, batch in enumerate(data.heldout, 1):
             ids = batch.input_ids.to(models.device)
             original, pruned = logits(models.teacher, ids), logits(models.student, ids)
             for metric, slot in sums.items():
@@ -66,21 +74,25 @@ def heldout_scores(models: Models, data: Data, sequences: dict | None = None) ->
                 slot[1] += count
                 if sequences is not None:
                     sequences.setdefault(metric, []).extend(rows)
+            progress(stage, number, len(data.heldout))
     models.student.train()
     return finish("ppl", *sums["ppl"]), finish("kl", *sums["kl"])
 
 
-def unpruned_ppl(models: Models, data: Data) -> float:
+def unpruned_ppl(models: Models, data: Data, progress: Progress = silent) -> float:
     """Perplexity of the unpruned model on the held-out batches (what healing could reach at best, in-domain)."""
     import torch
 
     total, count = 0.0, 0
+    stage = "held-out scores of the unpruned model (batches)"
+    progress(stage, 0, len(data.heldout))
     with torch.no_grad():
-        for batch in data.heldout:
+        for number, batch in enumerate(data.heldout, 1):
             ids = batch.input_ids.to(models.device)
             original = logits(models.teacher, ids)
             step_total, step_count = metric_sum("ppl", original, original, ids)
             total, count = total + step_total, count + step_count
+            progress(stage, number, len(data.heldout))
     return finish("ppl", total, count)
 
 
@@ -112,7 +124,7 @@ def _save(checkpoint: PassCheckpoint, models: Models, optimizer: Any, healing: H
     tensors = {**{f"adapter/{k}": v for k, v in trained_tensors(models.student).items()},
                **{f"optimizer/{k}": v for k, v in flat.items()}, "rng/torch": torch.get_rng_state()}
     checkpoint.save(tensors, {"step": healing.step, "rows": healing.rows, "seconds": healing.seconds,
-                              "param_groups": groups}, force=True)
+                              "param_groups": groups, "baseline": healing.baseline}, force=True)
 
 
 def _restore(checkpoint: PassCheckpoint, models: Models, optimizer: Any) -> Healing | None:
@@ -127,15 +139,18 @@ def _restore(checkpoint: PassCheckpoint, models: Models, optimizer: Any) -> Heal
                            counters["param_groups"])
     torch.set_rng_state(tensors["rng/torch"])
     seconds = float(counters["seconds"])
-    return Healing(counters["rows"], int(counters["step"]), seconds, seconds)
+    return Healing(counters["rows"], int(counters["step"]), seconds, seconds, counters.get("baseline", {}))
 
 
-def row(step: int, loss: float, lr: float, scores: tuple[float, float] | None) -> dict:
+def row(step: int, loss: float, lr: float, scores: tuple[float, float] | None, change: dict | None = None) -> dict:
+    """heal.csv's row of a step: its loss, rate, held-out scores (NaN where not scored) and the paired intervals of
+    their change from step 0 (`change`, repair/change.py; NaN at step 0 and where not scored)."""
     nan = float("nan")
     return {"step": step, "loss": loss, "lr": lr, "heldout_ppl": scores[0] if scores else nan,
-            "heldout_kl": scores[1] if scores else nan}
+            "heldout_kl": scores[1] if scores else nan, **change_columns(change)}
 
 
+STEPS_STAGE = "heal steps (AdamW updates)"  # the training's progress stage
 SUSPECT_SCALE = 1e3  # a LoRA scale alpha / r past this, not the rate, makes an update diverge (defaults: 2)
 
 
@@ -186,11 +201,11 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
     models.student.train()
     dtype = params[0].dtype if params else None
     if healing.step == 0 and not healing.rows:
-        scores = heldout_scores(models, data)
+        scores = heldout_scores(models, data, healing.baseline, progress, "held-out scores before healing (batches)")
         if not all(math.isfinite(v) for v in scores):
             raise _diverged(f"the held-out ppl, kl are {scores[0]:g}, {scores[1]:g}", 0, config, rate, dtype)
         healing.rows.append(row(0, float("nan"), 0.0, scores))
-    progress("heal steps", healing.step, config.steps)
+    progress(STEPS_STAGE, healing.step, config.steps)
     while healing.step < config.steps:
         step = healing.step + 1
         lr = config.lr * lr_factor(step - 1, schedule)
@@ -206,16 +221,20 @@ def heal_loop(config: HealConfig, models: Models, data: Data, checkpoint: PassCh
         _check_step(config, step, rate, dtype, value, float(norm))
         optimizer.step()
         last = step == config.steps
-        scores = heldout_scores(models, data, sequences if last else None) if step % config.eval_every == 0 or last \
-            else None
+        scored: dict = sequences if last and sequences is not None else {}
+        scores = (heldout_scores(models, data, scored, progress if last else silent,
+                                 "held-out scores after healing (batches)") if step % config.eval_every == 0 or last
+                  else None)
         if scores is not None and not all(math.isfinite(v) for v in scores):
             raise _diverged(f"the held-out ppl, kl are {scores[0]:g}, {scores[1]:g}", step, config, rate)
-        healing.rows.append(row(step, value, lr, scores))
+        if scores is not None:
+            healing.change = change_intervals(healing.baseline, scored)
+        healing.rows.append(row(step, value, lr, scores, healing.change if scores is not None else None))
         healing.step, healing.seconds = step, time.perf_counter() - clock
         if step % config.save_every == 0 and step < config.steps:
             _save(checkpoint, models, optimizer, healing)
             on_save(healing.rows)
-        progress("heal steps", step, config.steps)
+        progress(STEPS_STAGE, step, config.steps)
     optimizer.zero_grad(set_to_none=True)
     if not all(bool(torch.isfinite(p).all()) for p in params):  # never a merged/ of NaN or infinite weights
         raise _diverged("an adapter weight is not finite", healing.step, config, rate)

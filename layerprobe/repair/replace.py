@@ -10,13 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerprobe.errors import NumericsError
-from layerprobe.evaluation.taskfree import Original, finish, metric_sum
+from layerprobe.evaluation.taskfree import Original, finish, metric_rows
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture, produced_inside, replay_from
 from layerprobe.models.layers import BlockStack, find_blocks, fold_target, output_scale
 from layerprobe.models.replacement import collect, contiguous_runs, cosine_loss, fit_cosine, fit_lstsq, fold
 from layerprobe.models.surgery import removed_layers, tail_only
-from layerprobe.progress import Progress, silent
+from layerprobe.progress import Progress, announce, silent
+from layerprobe.repair.change import change_intervals, sequences
+from layerprobe.repair.loop import HELDOUT_STAGE
 from layerprobe.repair.verify import verify_folds
 
 
@@ -40,18 +42,22 @@ def _mse(made: Any, x_out: Any) -> float:
     return float(((made.double() - x_out.double()) ** 2).sum(-1).mean())
 
 
-def fit_run(method: str, acts: Any, ridge: float, steps: int, lr: float) -> tuple[Any, dict]:
-    """(T, replace.csv's numbers) for one run's activations."""
+def fit_run(method: str, acts: Any, ridge: float, steps: int, lr: float, progress: Progress = silent,
+            label: str = "") -> tuple[Any, dict]:
+    """(T, replace.csv's numbers) for one run's activations (`label` names the run in the progress)."""
     import torch
 
     m, x_in, x_out = acts.stacked()
+    announce(f"fitting the least-squares map of run {label} ({m.shape[1]} x {m.shape[1]}, {m.shape[0]:,} positions)")
     T = fit_lstsq(m, x_in, x_out, ridge)
     if not bool(torch.isfinite(T).all()):
         raise NumericsError("The least-squares map has NaN or infinite entries: raise --ridge (e.g. 1e-3) or pass "
                             "more --calibration-tokens.")
     history = []
     if method == "cosine":
-        T, history = fit_cosine(m, x_in, x_out, T, steps, lr)
+        stage = f"cosine fit of run {label} (Adam steps)"
+        progress(stage, 0, steps)
+        T, history = fit_cosine(m, x_in, x_out, T, steps, lr, lambda n: progress(stage, n, steps))
     eye = torch.eye(m.shape[1], dtype=torch.float64)
     with torch.no_grad():
         numbers = {"tokens": int(m.shape[0]), "mse_removed": _mse(x_in, x_out),
@@ -79,6 +85,9 @@ def cosine_warning(rows: list[dict], lr: float) -> str | None:
             "--cosine-lr (default 1e-4).")
 
 
+REPLACED_STAGE = "replaced runs (captured, fitted and folded)"
+
+
 def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, method: str, ridge: float,
            steps: int, lr: float, device: str, progress: Progress, *, teacher: Any, heldout: list) -> Repair:
     """Fit and fold one map per removed run of `ids` into `model` (its blocks all present; the full `stack`), then
@@ -88,21 +97,25 @@ def repair(model: Any, stack: BlockStack, ids: list[int], calibration: Any, meth
     targets = fold_targets(model, stack, ids)
     scale = output_scale(model)
     names = {id(m): n for n, m in model.named_modules()}
-    progress("replaced runs", 0, len(runs))
+    capture = f"capture of activations (calibration batches, {len(calibration)} per run)"
+    progress(REPLACED_STAGE, 0, len(runs))
+    progress(capture, 0, len(runs) * len(calibration))
     for number, ((first, last), projection) in enumerate(zip(runs, targets)):
         clock = time.perf_counter()
-        with removed_layers(model, done, stack):
-            acts = collect(model, projection, stack.blocks[first], stack.blocks[last], calibration, device, scale)
-        T, numbers = fit_run(method, acts, ridge, steps, lr)
-        fold(projection, T)
         label = ranges_label(list(range(first, last + 1)))
+        with removed_layers(model, done, stack):
+            acts = collect(model, projection, stack.blocks[first], stack.blocks[last], calibration, device, scale,
+                           lambda n: progress(capture, number * len(calibration) + n, len(runs) * len(calibration)))
+        T, numbers = fit_run(method, acts, ridge, steps, lr, progress, label)
+        fold(projection, T)
         result.transforms[label] = T
         seconds = time.perf_counter() - clock
         result.seconds += seconds
         result.rows.append({"run": label, "first": first, "last": last, "folded_into": names.get(id(projection), ""),
                             **numbers, "seconds": round(seconds, 3)})
         done += range(first, last + 1)
-        progress("replaced runs", number + 1, len(runs))
+        progress(REPLACED_STAGE, number + 1, len(runs))
+    announce("verifying the folds: the merged model's logits against the fitted model's")
     result.fold_difference = verify_folds(teacher, model, stack.path, ids, list(result.transforms.values()),
                                           heldout[:1], device, method)
     return result
@@ -136,19 +149,24 @@ def paired_scores(teacher: Any, student: Any, stack_path: str, ids: list[int], h
                   progress: Progress = silent) -> dict:
     """Held-out ppl and kl of the shortened model before the folds (the unpruned model without `ids`) and after
     (`student`, every block present, its projections folded, without `ids`), and the unpruned model's ppl, on the
-    same batches: {'before': (ppl, kl), 'after': (ppl, kl), 'unpruned': ppl}. The blocks before the first folded one
+    same batches: {'before': (ppl, kl), 'after': (ppl, kl), 'unpruned': ppl, 'change': the paired intervals of after -
+    before over the held-out sequences (repair/change.py), 'sequences': how many}. The blocks before the first folded one
     are run once per batch (_batch_logits: the same numbers as three plain forwards)."""
     import torch
 
     stacks = (find_blocks(teacher, stack_path), find_blocks(student, stack_path))
     sums = {key: [0.0, 0] for key in ("before ppl", "before kl", "after ppl", "after kl", "unpruned ppl")}
+    rows: dict = {"before": {}, "after": {}}  # per held-out sequence [sum, positions], by metric
 
     def add(key: str, reference: Any, pruned: Any, tokens: Any) -> None:
-        total, count = metric_sum(key.split()[1], reference, pruned, tokens)
+        when, metric = key.split()
+        total, count, each = metric_rows(metric, reference, pruned, tokens)
         sums[key][0] += total
         sums[key][1] += count
+        if when in rows:
+            rows[when].setdefault(metric, []).extend(each)
 
-    progress("held-out scores", 0, len(heldout))
+    progress(HELDOUT_STAGE, 0, len(heldout))
     with torch.no_grad():
         for number, batch in enumerate(heldout, 1):
             tokens = batch.input_ids.to(device)
@@ -158,7 +176,7 @@ def paired_scores(teacher: Any, student: Any, stack_path: str, ids: list[int], h
             for when, pruned in (("before", logits[1]), ("after", logits[2])):
                 add(f"{when} ppl", reference, pruned, tokens)
                 add(f"{when} kl", reference, pruned, tokens)
-            progress("held-out scores", number, len(heldout))
+            progress(HELDOUT_STAGE, number, len(heldout))
     value = {key: finish(key.split()[1], *slot) for key, slot in sums.items()}
     bad = [key for key, number in value.items() if not math.isfinite(number)]
     if bad:  # never a merged/ scored NaN
@@ -167,4 +185,5 @@ def paired_scores(teacher: Any, student: Any, stack_path: str, ids: list[int], h
         raise NumericsError(f"The held-out {', '.join(bad)} is NaN or infinite; {fix}; nothing was written as "
                             "repaired.")
     return {"before": (value["before ppl"], value["before kl"]), "after": (value["after ppl"], value["after kl"]),
-            "unpruned": value["unpruned ppl"]}
+            "unpruned": value["unpruned ppl"], "change": change_intervals(rows["before"], rows["after"]),
+            "sequences": sequences(rows["before"])}

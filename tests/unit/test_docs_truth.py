@@ -48,6 +48,47 @@ def deep_third_median(run: str) -> float:
     return float(table[table["layer"] >= -(-2 * layers // 3)]["pruned"].median())
 
 
+def rows(run: str, table: str = "prune") -> pd.DataFrame:
+    return pd.read_csv(ROOT / run / f"{table}.csv")
+
+
+def pruned(run: str, layer: int) -> pd.Series:
+    """prune.csv's main-metric row without one layer."""
+    table = rows(run)
+    return table[(table["removed"].astype(str) == str(layer)) & (table["metric"] == summary(run)["metric"])].iloc[0]
+
+
+def smallest(run: str, count: int, largest: bool = False) -> list[tuple[int, float]]:
+    """(layer, d(l, 1)) of the `count` smallest (or largest, largest first) distances of angular.csv."""
+    table = rows(run, "angular")
+    table = table[table["n"] == 1].sort_values("distance", ascending=not largest).head(count)
+    return [(int(layer), float(d)) for layer, d in zip(table["layer"], table["distance"])]
+
+
+def cost_rho(run: str, signal: str | None = None) -> float:
+    """A Spearman of the run's summary with the cost of removal (the findings' one convention: -dP where higher is
+    better); signal None: spearman_angular_delta."""
+    s = summary(run)
+    rho = s["spearman_angular_delta"] if signal is None else s["spearman_delta"][signal]
+    return -rho if s["higher_is_better"] else rho
+
+
+def loglik_drops(run: str) -> int:
+    """Removals whose gold loglikelihood drops measurably (Holm over the main metric's rows)."""
+    table = rows(run)
+    main = table[table["metric"] == summary(run)["metric"]]
+    return int((main["loglik_significant"].astype(bool) & (main["loglik_delta"] < 0)).sum())
+
+
+def curve_score(run: str, strategy: str, k: int) -> pd.Series:
+    table = rows(run, "curve")
+    return table[(table["strategy"] == strategy) & (table["k"] == k)].iloc[0]
+
+
+def thousands(x: float) -> str:
+    return f"{round(x, -3):,.0f}"
+
+
 @dataclass
 class Quote:
     doc: str  # the file, relative to the project
@@ -59,6 +100,44 @@ class Quote:
 GRAD = "reports/demo/gradnorm"
 GEMMA_ANGULAR, GEMMA_KL = "reports/demo/gemma3-angular", "reports/demo/gemma3-prune-kl"
 REPAIR = "reports/examples/smollm2-repair/k7-12-18-lstsq-defaults"
+SMOL_ANGULAR, SMOL_KL, SMOL_PPL = (f"reports/demo/smollm2-{r}" for r in ("angular", "prune-kl", "prune-ppl"))
+ARC, ARC_CURVE = "reports/examples/smollm2-prune-arc_easy", "reports/examples/smollm2-curve-arc_easy"
+MMLU = "reports/examples/smollm2-prune-mmlu-5shot-limit10"
+
+
+def _smollm2_angular(run: str) -> list[str]:
+    low, high = smallest(run, 5), smallest(run, 3, largest=True)
+    return [str(low[0][0]), f"{low[0][1]:.3f}", *(str(layer) for layer, _ in low[1:]), str(high[0][0]),
+            f"{high[0][1]:.3f}", str(high[1][0]), str(high[2][0])]
+
+
+def _smollm2_costs(run: str) -> list[str]:
+    ppl_25, ppl_0 = pruned(SMOL_PPL, 25), pruned(SMOL_PPL, 0)
+    return [f"{pruned(run, 25)['delta']:+.3f}", f"{ppl_25['baseline']:.1f}", f"{ppl_25['pruned']:.1f}",
+            f"{pruned(run, 0)['delta']:+.1f}", f"+{thousands(ppl_0['delta'])}"]
+
+
+def _repair_row(run: str) -> list[str]:
+    """The README's repair table, k = 7: none (the lstsq run's before), lstsq, LoRA (smollm2-heal-12-18)."""
+    lstsq, lora = summary(run), summary("reports/examples/smollm2-heal-12-18")
+    return [f"{lstsq['heldout_unpruned_ppl']:.1f}", f"{lstsq['heldout_before']['ppl']:.1f}",
+            f"{lstsq['heldout_before']['kl']:.2f}", f"{lstsq['heldout_after']['ppl']:.1f}",
+            f"{lstsq['heldout_after']['kl']:.2f}", f"{lstsq['repair_seconds']:.0f}", f"{lstsq['seconds'] / 60:.0f}",
+            f"{lora['heldout_after']['ppl']:.1f}", f"{lora['heldout_after']['kl']:.2f}", f"{lora['seconds'] / 60:.0f}"]
+
+
+def _mmlu(run: str) -> list[str]:
+    s = summary(run)
+    return [f"{s['baseline']:.3f}", f"{s['chance_test']['chance']:.2f}", f"{s['chance_test']['baseline']['p']:.2f}",
+            f"{s['detectable']['acc']['change']:.3f}", str(loglik_drops(run))]
+
+
+def _arc_curve(run: str) -> list[str]:
+    s = summary(run)
+    angular = s["curve"]["angular"]
+    row = curve_score(run, "angular", angular["next_k"])
+    return [f"{s['baseline']:.2f}", row["removed"], str(angular["next_k"]), f"{row['score']:.2f}",
+            thousands(angular["next_needed"])]
 
 QUOTES = [
     Quote("README.md", "the last third's parameter gradient norm over the first third's is {}x under Pre-LN, {}x under "
@@ -90,6 +169,48 @@ QUOTES = [
                        minutes(summary(run)["seconds"])]),
     Quote("docs/heal.md", "SmolLM2 without 12-18 at heal's defaults but --tokens 8192, the kl after lstsq is {}", REPAIR,
           lambda run: [f"{summary(run)['heldout_after']['kl']:.3f}"]),
+    Quote("README.md", "| 12-18 (k = 7; `--tokens 8192`; unpruned {}) | {} / {} | {} / {} (fit {} s; whole run {} min, "
+          "load ~10) | {} / {} (whole run {} min, load 1) |", REPAIR, lambda run: _repair_row(run)),
+    # SmolLM2 in the demo (README and guide), ARC-Easy and MMLU examples (README and guide)
+    Quote("README.md", "The smallest d(l, 1) are layers {} ({}), {}, {}, {} and {}; the largest {} ({}), {} and {}.",
+          SMOL_ANGULAR, _smollm2_angular),
+    Quote("README.md", "Removing layer 25 costs least (kl {}, ppl {} -> {}); removing layer 0 is catastrophic (kl {}, "
+          "ppl {}).", SMOL_KL, _smollm2_costs),
+    Quote("docs/guide.md", "Removing layer 25 costs least on both sweeps (kl {}, ppl {} -> {}), then 14 and 12 (kl) or "
+          "5 and 17 (ppl); removing layer 0 is catastrophic (kl {}, ppl {}), then 29 and 1.", SMOL_KL, _smollm2_costs),
+    Quote("README.md", "The angular distance predicts the cost: Spearman {} (kl) and {} (ppl) over 30 layers.", SMOL_KL,
+          lambda run: [f"{cost_rho(run):+.2f}", f"{cost_rho(SMOL_PPL):+.2f}"]),
+    Quote("docs/guide.md", "the cost: Spearman {} (kl) and {} (ppl) over 30 layers.", SMOL_KL,
+          lambda run: [f"{cost_rho(run):+.2f}", f"{cost_rho(SMOL_PPL):+.2f}"]),
+    Quote("README.md", "removing the last k layers is the worst choice by far (kl {} nats for one layer, {} for four)",
+          "reports/examples/smollm2-curve-kl",
+          lambda run: [f"{curve_score(run, 'last', k)['score']:.1f}" for k in (1, 4)]),
+    Quote("README.md", "100 validation questions, {} unpruned): **no k can go** at `--keep 0.95` on the bound "
+          "(non-inferiority, one-sided 97.5%); angular's {} ({} layers, {}) is inside only by its point, and its bound "
+          "would need about {} questions.", ARC_CURVE, _arc_curve),
+    Quote("README.md", "An acc change under {} cannot be seen with 100 questions", ARC_CURVE,
+          lambda run: [f"{summary(run)['detectable']['acc']['change']:.2f}"]),
+    Quote("README.md", "no acc change is measurable (none under {} could be); the gold loglikelihood drops measurably "
+          "without {} of 30", ARC,
+          lambda run: [f"{summary(run)['detectable']['acc']['change']:.3f}", str(loglik_drops(run))]),
+    Quote("docs/guide.md", "drops measurably without {} of 30 removals", ARC, lambda run: [str(loglik_drops(run))]),
+    Quote("docs/guide.md", "An acc change under {} could not have been seen here", ARC,
+          lambda run: [f"{summary(run)['detectable']['acc']['change']:.3f}"]),
+    Quote("docs/guide.md", "Block Influence predicts the cost about as well as d(l, 1) (Spearman {} against {}; their "
+          "difference {}, 95% bootstrap interval over layers {} to {})", ARC,
+          lambda run: [f"{cost_rho(run, 'block_influence'):+.2f}", f"{cost_rho(run, 'angular'):+.2f}",
+                       *(f"{summary(run)['signal_test'][k]:+.3f}" for k in ("difference", "lo", "hi"))]),
+    Quote("README.md", "570 questions): {}, not told from chance {} (p {}); no acc change is measurable (none under {} "
+          "could be); the gold loglikelihood drops without {}.", MMLU, _mmlu),
+    Quote("docs/guide.md", "SmolLM2-135M scores {} ({} of 570) where chance is {}, which an exact binomial test cannot "
+          "tell from chance (p {})", MMLU,
+          lambda run: [f"{summary(run)['baseline']:.3f}", str(summary(run)["chance_test"]["baseline"]["correct"]),
+                       f"{summary(run)['chance_test']['chance']:.2f}",
+                       f"{summary(run)['chance_test']['baseline']['p']:.2f}"]),
+    Quote("docs/guide.md", "With 570 questions an acc change under {} cannot be seen (80% power, Holm over 30), nor a "
+          "gold-loglikelihood change under {} nats.", MMLU,
+          lambda run: [f"{summary(run)['detectable'][k]['change']:.3f}" for k in ("acc", "gold loglikelihood")]),
+    Quote("docs/guide.md", "it drops measurably without {} of 30", MMLU, lambda run: [str(loglik_drops(run))]),
 ]
 
 

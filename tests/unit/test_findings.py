@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import pandas as pd
 
@@ -89,8 +90,11 @@ def test_a_heal_says_what_share_of_the_removals_ppl_cost_it_won_back():
 
     summary = {"removed": "12-18", "objective": "lm", "steps": 200, "lora_rank": 8, "heldout_unpruned_ppl": 20.0,
                "heldout_before": {"ppl": 60.0, "kl": 0.9}, "heldout_after": {"ppl": 30.0, "kl": 0.7}}
-    (text,) = heal_findings(Run(Path("."), "heal", summary, {}, {}))
+    (text,) = heal_findings(Run(Path("."), "heal", summary, {}, {}))  # no heldout_change, no merged: one sentence
     assert "from 60 to 30 (the unpruned model's: 20; 75% of the removal's cost won back)" in text  # 30 / 40
+    summary |= {"merged": "merged", "merged_bytes": 435_900_000}
+    assert heal_findings(Run(Path("."), "heal", summary, {}, {}))[1] == (
+        "merged/ holds the healed model as a plain transformers checkpoint (436 MB).")
     del summary["heldout_unpruned_ppl"]  # an older record: the sentence without the share
     assert "won back" not in heal_findings(Run(Path("."), "heal", summary, {}, {}))[0]
 
@@ -260,3 +264,48 @@ def test_curve_points_say_measurable_only_when_significant():
     found = curve_findings(Run(Path("."), "curve", s, {}, {"curve": table}))
     assert "dP -0.02, 95% interval -0.05 to +0.01: not measurably different" in found[0]
     assert "dP -0.03, 95% interval -0.05 to -0.01: a measurable change" in found[1]
+
+
+def _spearman_of_d(findings: list[str]) -> list[float]:
+    """Every Spearman value the findings state for d(l, 1): the first bullet's and d(l, 1)'s in the signals list."""
+    import re
+
+    text = " ".join(findings)
+    said = [float(m) for m in re.findall(r"d\(l, 1\)[^.;]*?Spearman with the cost ([+-]\d\.\d\d)", text)]
+    said += [float(m) for m in re.findall(r"[:,] d\(l, 1\) ([+-]\d\.\d\d)", text)]
+    return said
+
+
+def signal_run(higher: bool, rho_with_dp: float) -> Run:
+    """A sweep of 30 layers with the angular run's correlations as summary.json records them: Spearman with dP."""
+    run = prune_run("arc_easy" if higher else "kl", 0.7, 0.01)
+    run.summary.update({"higher_is_better": higher, "spearman_angular_delta": rho_with_dp,
+                        "spearman_delta": {"angular": rho_with_dp, "block_influence": rho_with_dp * 1.04}})
+    run.tables["prune"] = pd.concat([run.tables["prune"]] * 5, ignore_index=True).assign(
+        layer=range(30), removed=[str(i) for i in range(30)])
+    return run
+
+
+@pytest.mark.parametrize("higher, rho_with_dp, cost", [(True, -0.52, +0.52), (False, 0.78, 0.78),
+                                                       (True, 0.45, -0.45)])
+def test_every_spearman_of_d_is_stated_with_the_cost_of_removal(higher, rho_with_dp, cost):
+    """One sign convention (issue 49 item 5: "Spearman -0.52" then "d(l, 1) +0.52" in adjacent bullets of the ARC
+    run): every rho the findings state is with the cost of removal, -dP for accuracy, dP for kl; by hand."""
+    said = _spearman_of_d(prune_findings(signal_run(higher, rho_with_dp)))
+    assert len(said) == 2 and said == [cost, cost], said
+
+
+def test_the_sign_check_catches_the_old_mixed_convention(monkeypatch):
+    """Broken on purpose: the first bullet stating rho with dP (the old code) fails the check above."""
+    import layerprobe.commands.prune.read as read
+
+    real = read.cost_rho
+    calls = []
+
+    def mixed(rho: float, higher: bool) -> float:
+        calls.append(rho)
+        return rho if len(calls) == 1 else real(rho, higher)  # the first bullet's rho left with dP
+
+    monkeypatch.setattr(read, "cost_rho", mixed)
+    said = _spearman_of_d(prune_findings(signal_run(True, -0.52)))
+    assert said and sorted(said) == [-0.52, 0.52], said

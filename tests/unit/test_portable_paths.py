@@ -41,3 +41,17 @@ def test_committed_records_hold_no_machine_paths():
                    or os.sep + "site-packages" + os.sep in s]
         found += [f"{path.relative_to(ROOT)}: {s}" for s in machine]
     assert not found, "\n".join(found[:10])
+
+
+def test_committed_heal_runs_name_their_files_from_the_run_folder():
+    """heal's transform, merged and adapter are relative to the run folder (issue 49 item 10): a committed run's
+    transform.safetensors is found from its own folder, wherever the run was started."""
+    runs = [path.parent for path in (ROOT / "reports").rglob("summary.json")
+            if json.loads(path.read_text(encoding="utf-8")).get("command") == "heal"]
+    assert runs
+    for run in runs:
+        summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+        if summary.get("transform"):
+            assert (run / summary["transform"]).is_file(), run
+        for key, name in (("merged", "merged"), ("adapter", "adapter")):
+            assert summary.get(key) in (None, name), (run, key, summary.get(key))

@@ -35,7 +35,7 @@ from layerprobe.config import POSITIONS  # declared once, with the settings that
 from layerprobe.settings import takes
 
 RANK_SAMPLE = 2048  # token vectors per layer for the effective rank in layers.csv
-LENS_STAGE = "logit lens"  # the lens's own progress stage, in positions
+LENS_STAGE = "logit lens (positions)"  # the lens's own progress stage: it says what it counts
 
 
 AngularRun = RunResult  # tables: angular (layer, n, distance, tokens), layers (per-layer statistics of x_l)

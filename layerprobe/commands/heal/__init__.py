@@ -17,6 +17,14 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("heldout_ppl", "perplexity of the healed model on the held-out text, every --eval-every steps (else empty)"),
     Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
            "--eval-every steps (else empty)", "nats"),
+    Column("ppl_change_lo", "lower end of the paired 95% interval of heldout_ppl - step 0's over the held-out "
+           "sequences (a paired bootstrap, seed 0, 2,000 resamples); empty at step 0 and unscored steps",
+           label="ppl change lo", optional=True),
+    Column("ppl_change_hi", "its upper end", label="ppl change hi", optional=True),
+    Column("kl_change_lo", "lower end of the paired 95% interval of heldout_kl - step 0's over the held-out "
+           "sequences (the paired standard error of a ratio of sums, t)", "nats", label="kl change lo",
+           optional=True),
+    Column("kl_change_hi", "its upper end", "nats", label="kl change hi", optional=True),
 )
 REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run of blocks, fitted in order
     Column("run", "the removed run, first-last (0-based, inclusive)", key=True, number=False),
@@ -56,8 +64,8 @@ SUMMARY = RUN + MODEL + CORPUS + (
     Key("ridge", F, "--method lstsq|cosine: ridge towards the identity", required=False),
     Key("calibration", D, "--method lstsq|cosine: what the maps were fitted on: dataset, tokens, sequences, "
         "first_position and last_position (corpus positions, after the held-out text)", required=False),
-    Key("transform", S, "--method lstsq|cosine: transform.safetensors, every map T (float64) by its run",
-        required=False),
+    Key("transform", S, "--method lstsq|cosine: transform.safetensors, every map T (float64) by its run; the "
+        "path relative to the run folder", required=False),
     Key("cosine_kept_lstsq", L, "--method cosine: the runs whose lstsq map was kept, no Adam step improving "
         "on it (a warning says so; empty: cosine moved every map; null for other methods)", required=False,
         optional=True),
@@ -66,11 +74,17 @@ SUMMARY = RUN + MODEL + CORPUS + (
     Key("heldout_before", D, "ppl and kl of the shortened model on the held-out text before healing"),
     Key("heldout_after", D, "ppl and kl of the healed model on the held-out text"),
     Key("heldout_unpruned_ppl", F, "ppl of the unpruned model on the held-out text"),
+    Key("heldout_change", D, "heldout_after - heldout_before with paired intervals over the held-out sequences: "
+        "sequences, tested (false below 10 sequences: too few documents to test, p null), and per metric (ppl, "
+        "kl) change, stderr, lo, hi, p (ppl: paired bootstrap, kl: paired standard error of a ratio of sums)",
+        required=False),
     Key("adapter", S, "the adapter folder (PeftModel.from_pretrained on the shortened model; null for other "
         "methods)", optional=True),
-    Key("merged", S, "the merged checkpoint (plain transformers; layerprobe-removal.json with the healing record)"),
+    Key("merged", S, "the merged checkpoint (plain transformers; layerprobe-removal.json with the healing record); "
+        "null with --no-merged", optional=True),
+    Key("merged_bytes", I, "the size of merged/ on disk (null with --no-merged)", required=False, optional=True),
     Key("verified_max_difference", F, "largest output difference of the merged folder reloaded with plain "
-        "transformers"),
+        "transformers (null with --no-merged: nothing was saved to reload)", optional=True),
     Key("gain", D, "export's gain record (parameters, weights, prefill, decode, KV cache; original vs shortened)",
         optional=True),
     Key("from_curve", S, "--from-curve run", optional=True),

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.heal import COMMAND
-from layerprobe.commands.heal.outputs import (TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
+from layerprobe.commands.heal.outputs import (OUTPUTS_STAGE, TRANSFORM_FILE, heal_summary, heal_table, save_merged, save_outputs,
                                               trained_details, write_transforms)
 from layerprobe.commands.probe import open_probe, preflight, refuse_ranges_early
 from layerprobe.config import HEAL_METHODS, REPLACEMENTS, HealConfig
@@ -32,6 +32,7 @@ from layerprobe.plots.heal import heal_plot
 from layerprobe.progress import Progress, silent
 from layerprobe.removal import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove, read_removal,
                                 recorded_weights)
+from layerprobe.repair.change import change_record
 from layerprobe.repair.data import load_data
 from layerprobe.repair.loop import Data, Models, heal_loop, row
 from layerprobe.repair.replace import cosine_warning, fold_targets, paired_scores, repair
@@ -132,7 +133,7 @@ def _trained(config: HealConfig, probe: Any, student: Any, ids: list[int], data:
     table = heal_table(healing.rows)
     what = (f"{config.objective} healing, {config.steps} steps" if config.method == "lora" else
             f"LM head and last {config.tail_blocks} blocks trained ({config.objective}), {config.steps} steps")
-    details = trained_details(config, probe, targets, data, saved["trainable"], folder)
+    details = trained_details(config, probe, targets, data, saved["trainable"])
     return details | {"repair_seconds": round(healing.seconds, 3)}, saved, table, (what, healing.before)
 
 
@@ -162,17 +163,18 @@ def _replaced(config: HealConfig, probe: Any, student: Any, ids: list[int], data
                   "cosine_steps": config.cosine_steps if cosine else None, "cosine_kept_lstsq": kept,
                   "heldout_before": dict(zip(("ppl", "kl"), scores["before"])),
                   "heldout_after": dict(zip(("ppl", "kl"), scores["after"])), "heldout_unpruned_ppl": scores["unpruned"],
-                  "transform": str(folder / TRANSFORM_FILE), "exported_from": record and str(config.model.model)}
-        progress("heal outputs", 0, 3)
+                  "heldout_change": change_record(scores["change"], scores["sequences"]),
+                  "transform": TRANSFORM_FILE, "exported_from": record and str(config.model.model)}
+        progress(OUTPUTS_STAGE, 0, 3)
         saved = save_merged(folder, config, probe, student, data, ids, record, healed, progress)
     table = heal_table([row(0, float("nan"), float("nan"), scores["before"]),
-                        row(1, float("nan"), float("nan"), scores["after"])])
+                        row(1, float("nan"), float("nan"), scores["after"], scores["change"])])
     details = {"objective": None, "steps": config.cosine_steps if config.method == "cosine" else 0,
                "lr": config.cosine_lr if config.method == "cosine" else None, "lora_rank": None, "lora_alpha": None,
                "lora_targets": None, "tail_blocks": None, "adapter": None,
                "trainable_parameters": sum(int(T.numel()) for T in repaired.transforms.values()),
                "train_tokens": tokens, "train_sequences": calibration["sequences"], "ridge": config.ridge,
-               "calibration": calibration, "transform": str(folder / TRANSFORM_FILE),
+               "calibration": calibration, "transform": TRANSFORM_FILE,
                "cosine_kept_lstsq": kept, "repair_seconds": round(repaired.seconds, 3)}
     return details, saved, table, (f"{config.method} replacement of each removed run", 0.0)
 
@@ -213,7 +215,7 @@ def run_heal(config: HealConfig, progress: Progress = silent) -> RunResult:
     details, saved, table, (what, before) = method(config, probe, student, ids, data, folder, record, progress)
     facts = probe.facts()
     seconds = time.perf_counter() - clock + before
-    summary = heal_summary(config, probe, facts, ids, details, saved, seconds, folder)
+    summary = heal_summary(config, probe, facts, ids, details, saved, seconds)
     title = (f"{model_label(spec)} without {summary['removed']} ({len(ids)} of {len(probe.stack)} layers removed): "
              f"{what}")
     figure = heal_plot(table, title, summary.get("heldout_unpruned_ppl"))

@@ -207,36 +207,47 @@ def _exploratory(table: Any, s: dict) -> list[str]:
     return [text + (f": {named}{more}." if len(apart) else ".")]
 
 
+COST_SIGN = {True: -1, False: 1}  # higher is better -> the cost of removal is -dP; lower is better (kl, ppl) -> dP
+
+
+def cost_rho(rho: float, higher: bool) -> float:
+    """A Spearman correlation with dP (summary.json's spearman_angular_delta, spearman_delta) as one with the cost of
+    removal, the one convention every finding states: positive where layers scored higher cost more to remove."""
+    return COST_SIGN[higher] * rho
+
+
 def _correlations(s: dict, n: int, higher: bool) -> list[str]:
     """How well d(l, 1) and the other cheap signals predict the measured cost, each with its interval: a signal is
-    called the one to trust only where its interval excludes 0 on the predicting side."""
+    called the one to trust only where its interval excludes 0 on the predicting side. Every rho is stated with the
+    cost of removal (cost_rho), never with dP, whose sign flips with the metric's direction."""
     out = []
     rho = s.get("spearman_angular_delta")
     if rho is not None:
-        strength = "strongly" if abs(rho) >= 0.7 else "moderately" if abs(rho) >= 0.4 else "weakly"
-        expected = rho < 0 if higher else rho > 0  # bigger change -> bigger loss when removed
-        how = ("layers that change the representation more cost more to remove" if expected
+        cost = cost_rho(rho, higher)
+        strength = "strongly" if abs(cost) >= 0.7 else "moderately" if abs(cost) >= 0.4 else "weakly"
+        how = ("layers that change the representation more cost more to remove" if cost > 0
                else "the opposite of the usual reading: layers that change the representation more cost less to remove")
-        interval = spearman_interval(rho, n)
+        interval = spearman_interval(cost, n)
         if interval is None:
-            out.append(f"Spearman(d(l, 1), dP) = {rho:+.2f} over only {n} layers: too few layers to tell.")
+            out.append(f"Spearman of d(l, 1) with the cost of removal = {cost:+.2f} over only {n} layers: too few "
+                       "layers to tell.")
         else:
             low, high = interval
             sure = "" if low > 0 or high < 0 else "; the interval includes 0, so this could be chance"
-            out.append(f"The angular distance d(l, 1) {strength} predicts the pruning cost (Spearman {rho:+.2f}, 95% "
-                       f"interval {low:+.2f} to {high:+.2f} over {n} layers{sure}): {how}.")
+            out.append(f"The angular distance d(l, 1) {strength} predicts the cost of removal (Spearman with the cost "
+                       f"{cost:+.2f}, 95% interval {low:+.2f} to {high:+.2f} over {n} layers{sure}; the cost is "
+                       f"{'-dP: higher is better' if higher else 'dP: lower is better'}): {how}.")
     signals = s.get("spearman_delta") or {}
     if len(signals) > 1:
-        sign = -1 if higher else 1  # rho with the cost of removing the layer, not with dP
         names = {"angular": "d(l, 1)", "block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
-        ranked_signals = sorted(signals.items(), key=lambda item: -sign * item[1])
+        ranked_signals = sorted(signals.items(), key=lambda item: -cost_rho(item[1], higher))
         best, best_rho = ranked_signals[0]
-        listed = ", ".join(f"{names.get(k, k)} {sign * v:+.2f}" for k, v in ranked_signals)
+        listed = ", ".join(f"{names.get(k, k)} {cost_rho(v, higher):+.2f}" for k, v in ranked_signals)
         head = f"Cheap signals against the measured cost (Spearman with the cost of removal): {listed}; "
-        interval = spearman_interval(sign * best_rho, n)
+        interval = spearman_interval(cost_rho(best_rho, higher), n)
         if interval is None:
             out.append(head + f"too few layers ({n}) to tell which to trust.")
-        elif sign * best_rho >= 0.4 and interval[0] > 0:
+        elif cost_rho(best_rho, higher) >= 0.4 and interval[0] > 0:
             out.append(head + _trust(s.get("signal_test"), names, best, interval))
         else:
             out.append(head + "none predicts it well here (below 0.4, or an interval that includes 0): measure "
