@@ -201,3 +201,45 @@ def test_bad_gguf_requests_from_a_transformers_source_are_one_line_and_write_not
     assert_error(invoke("export", str(source), "--remove", "1", "--format", "gguf", "--gguf-type", "f16", "--out",
                         str(out)), "does nothing with a GGUF source")
     assert not out.exists()
+
+
+def test_a_gguf_source_export_copies_the_kept_blocks_byte_for_byte_and_reloads_like_the_hf_export(tiny_dirs, tmp_path):
+    """The default tier's twin of test_gguf_export.py's SmolLM2 export (extended): a tiny LLaMA GGUF of mixed types
+    (F16 matrices, F32 norms) as the source; the written file against the source's own metadata and bytes through
+    gguf's reader, and transformers' GGUF loader on it against plain transformers on the HF export beside it."""
+    import transformers
+
+    from .test_gguf_export import MARK, export_both, fields
+
+    source = tmp_path / "source.gguf"
+    export_gguf(tiny_dirs["llama"], "7", source, gguf_type="f16")  # 7 blocks, written as llama.cpp's converter does
+    out = tmp_path / "short"
+    done = export_both(str(source), "2-3", out)
+    keep = [0, 1, 4, 5, 6]
+    src, got = gguf.GGUFReader(str(source)), gguf.GGUFReader(str(out / "model.gguf"))
+    want_fields, got_fields = fields(src), fields(got)
+    assert got_fields.pop("llama.block_count") == ([gguf.GGUFValueType.UINT32], 5)
+    assert want_fields.pop("llama.block_count") == ([gguf.GGUFValueType.UINT32], 7)
+    assert json.loads(got_fields.pop(MARK)[1])["removed"] == [2, 3]
+    assert json.loads(want_fields.pop(MARK)[1])["removed"] == [7]  # the source is itself an export: its own mark
+    assert got_fields == want_fields  # tokenizer, merges, rope, norms' epsilon, file type: as in the source
+    assert got.fields["GGUF.tensor_count"].contents() == len(got.tensors) == len(src.tensors) - 2 * 9
+    assert got.alignment == src.alignment
+    by_name = {t.name: t for t in src.tensors}
+    assert {t.tensor_type.name for t in src.tensors} == {"F16", "F32"}
+    for tensor in got.tensors:
+        parts = tensor.name.split(".")
+        origin = f"blk.{keep[int(parts[1])]}.{'.'.join(parts[2:])}" if parts[0] == "blk" else tensor.name
+        assert tensor.tensor_type == by_name[origin].tensor_type and list(tensor.shape) == list(by_name[origin].shape)
+        assert np.array_equal(np.asarray(tensor.data).view(np.uint8), np.asarray(by_name[origin].data).view(np.uint8))
+        assert tensor.data_offset % got.alignment == 0
+    assert {int(t.name.split(".")[1]) for t in got.tensors if t.name.startswith("blk.")} == set(range(5))
+    from_gguf = transformers.AutoModelForCausalLM.from_pretrained(out, gguf_file="model.gguf", dtype=torch.float32)
+    from_hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+    assert from_gguf.config.num_hidden_layers == from_hf.config.num_hidden_layers == 5
+    ids = torch.tensor([IDS])
+    with torch.no_grad():
+        torch.testing.assert_close(from_gguf(ids).logits, from_hf(ids).logits, atol=1e-5, rtol=0)
+    written = done["gguf_export"]
+    assert written["tensors_changed_type"] == [] and written["block_count"] == 5
+    assert written["tensors_copied_byte_for_byte"] == len(got.tensors)

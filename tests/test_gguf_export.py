@@ -43,6 +43,8 @@ def export_both(source_spec: str, remove: str, out: Path) -> dict:
 
 
 @needs_smollm2
+@pytest.mark.slow  # three loads of SmolLM2's Q4_1 GGUF: ~100 s
+@pytest.mark.extended  # the default tier's twin on a tiny GGUF of F16 and F32 tensors: test_gguf_convert.py
 def test_smollm2_gguf_export_matches_its_source_and_reloads_like_the_hf_export(cache, tmp_path):
     import torch
     import transformers
