@@ -200,8 +200,8 @@ QUOTES = [
           "difference {}, 95% bootstrap interval over layers {} to {})", ARC,
           lambda run: [f"{cost_rho(run, 'block_influence'):+.2f}", f"{cost_rho(run, 'angular'):+.2f}",
                        *(f"{summary(run)['signal_test'][k]:+.3f}" for k in ("difference", "lo", "hi"))]),
-    Quote("README.md", "570 questions): {}, not told from chance {} (p {}); no acc change is measurable (none under {} "
-          "could be); the gold loglikelihood drops without {}.", MMLU, _mmlu),
+    Quote("README.md", "570 questions): {}, not told from chance {} (p {}); no acc change measurable (none under {} "
+          "could be); gold loglikelihood drops without {} of 30.", MMLU, _mmlu),
     Quote("docs/guide.md", "SmolLM2-135M scores {} ({} of 570) where chance is {}, which an exact binomial test cannot "
           "tell from chance (p {})", MMLU,
           lambda run: [f"{summary(run)['baseline']:.3f}", str(summary(run)["chance_test"]["baseline"]["correct"]),
@@ -209,7 +209,8 @@ QUOTES = [
                        f"{summary(run)['chance_test']['baseline']['p']:.2f}"]),
     Quote("docs/guide.md", "With 570 questions an acc change under {} cannot be seen (80% power, Holm over 30), nor a "
           "gold-loglikelihood change under {} nats.", MMLU,
-          lambda run: [f"{summary(run)['detectable'][k]['change']:.3f}" for k in ("acc", "gold loglikelihood")]),
+          lambda run: [f"{summary(run)['detectable']['acc']['change']:.3f}",
+                       f"{summary(run)['detectable']['gold loglikelihood']['change']:.2f}"]),
     Quote("docs/guide.md", "it drops measurably without {} of 30", MMLU, lambda run: [str(loglik_drops(run))]),
 ]
 
