@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DEMO_REFERENCE, assert_error, invoke
-from tests.test_hardening_round4 import TINY
+from tests.every_command import TINY
 
 CURVE = ["--task", "kl", "--curve", "--strategies", "last", "--max-removed", "2", *TINY]
 

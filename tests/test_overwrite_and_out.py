@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DEMO_REFERENCE, assert_error, invoke
-from tests.test_hardening_round4 import RUNS, TINY
+from tests.every_command import RUNS, TINY
 
 RUN_WRITERS = ("angular", "prune", "curve", "heal", "gradnorm", "toy")
 
