@@ -22,7 +22,8 @@ from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, lay
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.gain import measure_gain
 from layerprobe.models.surgery import check_indices, removal_target, removed
-from layerprobe.progress import Progress, silent
+from layerprobe.lineage import build_on, check_curve_numbering, lineage, removal_of
+from layerprobe.progress import Progress, notice, silent
 from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_curve, output, parse_remove,
                                 recorded_weights, removal_record, verify_reload)
 from layerprobe.files import publishing
@@ -127,6 +128,9 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
+    derived = removal_of(spec)  # MODEL is an export or a healed merged/: said, and built on (lineage.py)
+    if derived is not None and config.from_curve:
+        check_curve_numbering(config.from_curve, spec, derived, recorded_weights(config.from_curve))
     kind, source = locate(spec, config.model.gguf_file)
     check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite)
     single = "gguf" in config.formats and config.out.lower().endswith(".gguf")  # --out is the .gguf file itself
@@ -140,7 +144,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
                            "pass a writable folder.") from None
         # another export may have finished there meanwhile
         guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, None, config.overwrite)
-        return _export(config, spec, remove, part, out, progress)
+        return _export(config, spec, remove, part, out, progress, derived)
 
 
 def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
@@ -203,7 +207,8 @@ def _check_difference(difference: float | None, tolerance: float, loaded: Any, h
                        f"architecture ({head_class}).")
 
 
-def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
+def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress,
+            derived: dict | None) -> dict:
     """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
     import torch
 
@@ -218,6 +223,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     stack.sublayer = config.sublayer
     ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
            check_indices(remove, len(stack)))
+    if derived is not None:
+        notice(build_on(spec, derived, len(stack)))
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
     longest = max_sequence_length(model, loaded.tokenizer)  # a model shorter than the timing batch: capped
@@ -229,7 +236,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     try:
         with publishing(out, folder=out.suffix.lower() != ".gguf" or "hf" in config.formats) as partial:
             # --out is a whole export or what it was before
-            removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress)
+            removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress, derived)
             progress("export", 3, 4)
     except BaseException as exc:
         # save_pretrained on a full or read-only disk: an OSError, or safetensors' own error for the weights
@@ -243,7 +250,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
 
 
 def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int], part: str, batch: Any, gain: dict,
-                  partial: Path, progress: Progress) -> dict:
+                  partial: Path, progress: Progress, derived: dict | None) -> dict:
     """The shortened checkpoint, its tokenizer, mergekit.yaml and layerprobe-removal.json written into `partial`,
     after its reload with plain transformers matched the model pruned in place. The removal record."""
     model, head_class = loaded.model, type(loaded.model).__name__
@@ -273,6 +280,8 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
             loaded.tokenizer.save_pretrained(partial)
     removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
     removal["formats"] = list(config.formats)
+    if derived is not None:
+        removal |= lineage(derived, ids, part)
     if "gguf" in config.formats:
         mark = {k: removal[k] for k in ("source_model", "weights", "num_layers_original", "removed", "kept",
                                         "convention")}
