@@ -49,7 +49,8 @@ class Mark:
     ranges: bool = False  # block ids as text ('2,3', '2-3', '3,2'): the identity holds them in one spelling
     applies: tuple | None = None  # (setting path from the config's root, values it applies with): given while that
     # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
-    # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None
+    # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
+    # only where the tuple x holds value (--norm ... mix, --strategies ... greedy)
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -420,6 +421,8 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
 def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
     """(whether a setting with Mark.applies `rule` does something with `config`, the flag it depends on, its value)."""
     owner, name = config, rule[0]
+    while "." in name and not hasattr(owner, name.split(".")[0]):  # a group resolved on its own (CurveSettings)
+        name = name.split(".", 1)[1]
     for part in name.split(".")[:-1]:
         owner = getattr(owner, part, None)
     leaf = name.split(".")[-1]
@@ -430,6 +433,8 @@ def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
         return bool(value), flag, value
     if rule[1] == "not":
         return value not in rule[2], flag, value
+    if rule[1] == "has":
+        return rule[2] in (value or ()), flag, ",".join(map(str, value or ()))
     return value in rule[1], flag, value
 
 
@@ -452,6 +457,7 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
         applies, flag, then = _applies_now(root, mark.applies)
         if not applies:
             wanted = ("given" if mark.applies[1] == "nonzero" else
+                      f"a list holding {mark.applies[2]}" if mark.applies[1] == "has" else
                       f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
