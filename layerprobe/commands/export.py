@@ -134,7 +134,11 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
     kind, source = locate(spec, config.model.gguf_file)
     check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite)
     single = "gguf" in config.formats and config.out.lower().endswith(".gguf")  # --out is the .gguf file itself
-    out = guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, source, config.overwrite)
+    if single:
+        out = guard_gguf_file(config.out, config.overwrite)
+        check_apart(out, config.out, source)
+    else:
+        out = guard_out(config.out, source, config.overwrite)
     with contextlib.ExitStack() as held:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -157,15 +161,7 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
     out, cwd = given.resolve(), Path.cwd().resolve()
     if out == cwd or out in cwd.parents:
         raise RunError(f"--out '{out_arg}' is the working directory or holds it: pass a new folder for the export.")
-    if source is not None:
-        held = source.resolve()
-        if out == held or out in held.parents or held in out.parents:
-            raise RunError(f"--out '{out_arg}' is the source model ('{held}'), inside it or holds it: pass a new "
-                           "folder; the source is never replaced or written into.")
-    run = enclosing_run(out)
-    if run is not None:
-        raise RunError(f"--out '{out_arg}' is inside the layerprobe run folder '{run}' (its merged/ or another part "
-                       "its summary describes): pass a folder outside it; an export never replaces part of a run.")
+    check_apart(out, out_arg, source)
     if out.exists() and not out.is_dir():
         raise RunError(f"--out '{out_arg}' is a file: pass a folder path.")
     if out.is_dir() and any(out.iterdir()):
@@ -174,6 +170,20 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
                            "replace an earlier export.")
         _check_earlier_export(out, out_arg)
     return out
+
+
+def check_apart(out: Path, out_arg: str, source: Path | None) -> None:
+    """An export (a folder, or the .gguf file alone) is never the source model, inside it or holding it, and never
+    inside a layerprobe run folder (an unlisted file there would make that run foreign to its own --overwrite)."""
+    if source is not None:
+        held = source.resolve()
+        if out == held or out in held.parents or held in out.parents:
+            raise RunError(f"--out '{out_arg}' is the source model ('{held}'), inside it or holds it: a command "
+                           "never writes where it reads; pass a new folder.")
+    run = enclosing_run(out)
+    if run is not None:
+        raise RunError(f"--out '{out_arg}' is inside the layerprobe run folder '{run}' (its merged/ or another part "
+                       "its summary describes): pass a path outside it; an export never replaces part of a run.")
 
 
 def _check_earlier_export(out: Path, out_arg: str) -> None:
