@@ -196,3 +196,21 @@ def test_a_checkpoint_layerprobe_made_is_named_then_built_on_or_refused(model_di
     assert result.exit_code == 0, result.output
     assert f"removes block(s) 1 of '{export}', an export of {llama}" in " ".join(result.output.split())
     assert json.loads((tmp_path / "h2" / "merged" / "layerprobe-removal.json").read_text())["source_model"] == str(export)
+
+
+@pytest.mark.parametrize("method", ["lstsq", "cosine"])
+def test_a_curve_healed_by_a_fold_the_architecture_cannot_carry_is_refused_before_the_sweep(method, tmp_path,
+                                                                                           tokenizer):
+    """prune --curve --heal lstsq|cosine on a Post-LN OPT, where no block can carry a folded map: one line before any
+    set is scored, naming the architecture and --heal (not --method, not --part), never a curve whose every healed
+    score is NaN behind a warning per set (what `heal` refuses, the curve refuses too)."""
+    folder = tmp_path / "opt"
+    build("opt_post_ln", len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = invoke("prune", folder, "--task", "kl", "--curve", "--strategies", "last", "--max-removed", "1",
+                    "--heal", method, "--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size",
+                    "2", "--device", "cpu", "--out", tmp_path / "c")
+    assert_error(result, f"--heal {method} can repair no removal here: opt is Post-LN")
+    assert "use --heal lora or tail" in result.output and "--method" not in result.output
+    assert "--part" not in result.output
+    assert not (tmp_path / "c").exists()
