@@ -462,6 +462,9 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
                      f"{value:g}" if isinstance(value, float) else value)
+            if mark.applies[1] == "nonzero":  # not given at all: 'with --from-curve None' would read as a value
+                raise ConfigError(f"{flag_of(f)} {shown} does nothing without {flag}: it applies only where {flag} is "
+                                  f"given; drop {flag_of(f)}, or pass {flag}.")
             raise ConfigError(f"{flag_of(f)} {shown} does nothing with {flag} {then}: it applies only where {flag} is "
                               f"{wanted}; drop {flag_of(f)}, or change {flag}.")
 
