@@ -187,19 +187,20 @@ class CurveSettings:
     max_removed: int | None = setting(None, minimum=1, resolved="k_max",
                                       help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
-    greedy_metric: str = setting("kl", choices=accepted_by(RESCORING), help="--curve: what greedy minimizes on the "
-                                 "probe corpus, kl or ppl.")
-    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, help="--curve: keep (SLEB's rule: greedy never removes "
+    greedy_metric: str = setting("kl", choices=accepted_by(RESCORING), applies=("curve.strategies", "has", "greedy"),
+                                 help="--curve: what greedy minimizes on the probe corpus, kl or ppl.")
+    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, applies=("curve.strategies", "has", "greedy"),
+                               help="--curve: keep (SLEB's rule: greedy never removes "
                                "the first or the last remaining block) or allow (any block).")
     heal_steps: int = setting(0, minimum=0, help="--curve: heal each scored set with N LoRA steps (as layerprobe "
                               "heal --objective lm does, on the text after the probe tokens) and score it again "
                               "(--task ppl or kl): curve.csv's healed_score, dashed lines in curve.png; 0 = off.")
-    heal_lr: float = setting(2e-4, above=0, help="--heal-steps: peak learning rate of the healing.")
+    heal_lr: float = setting(2e-4, above=0, applies=("curve.heal_steps", "nonzero"), help="--heal-steps: peak learning rate of the healing.")
     heal: str | None = setting(None, choices=HEAL_METHODS, help="--curve: repair each scored set as `layerprobe heal "
                                "--method` does (lstsq, cosine: seconds per set, no training; lora, tail: "
                                "--heal-steps steps) and score it again (--task ppl or kl); default lora when "
                                "--heal-steps is given.")
-    heal_calibration_tokens: int = setting(16384, minimum=1, help="--heal lstsq|cosine: token positions after the "
+    heal_calibration_tokens: int = setting(16384, minimum=1, applies=("curve.heal", REPLACEMENTS), help="--heal lstsq|cosine: token positions after the "
                                            "probe tokens the maps are fitted on.")
     keep: float = setting(0.95, above=0, maximum=1, help="--curve: a k is within tolerance when the score keeps this "
                           "share of the baseline (accuracy), or ppl <= baseline / keep, kl <= ln(1/keep).")
@@ -237,7 +238,8 @@ class PruneConfig:
     block: int = setting(1, project=True, minimum=1, help="Remove N consecutive layers per variant.")
     part: str = setting("block", choices=PARTS, help="What goes of each removed layer: block (all of it), attn or mlp "
                         "(only that sub-layer; the residual path stays).")
-    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), help=_SUBLAYER)
+    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), applies=("part", ("attn", "mlp")),
+                            help=_SUBLAYER)
     curve: CurveSettings | None = setting(None, help="--curve: removal curves by strategy instead of a "
                                           "one-layer-at-a-time sweep.")
     metric: str | None = setting(None, help="Metric for the summary and plot (default: the task's main one).")
@@ -282,10 +284,13 @@ class ExportConfig:
                                  "27; 3,7,9-11.")
     part: str = setting("block", choices=PARTS, help="block: the blocks go; attn or mlp: that sub-layer's output "
                         "projection is zeroed (same size, same outputs as prune --part).")
-    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), help=_SUBLAYER)
+    sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), applies=("part", ("attn", "mlp")),
+                            help=_SUBLAYER)
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: export a strategy's choice.")
-    strategy: str = setting("angular", choices=STRATEGY_NAMES, help="--from-curve: which strategy's layers.")
-    k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
+    strategy: str = setting("angular", choices=STRATEGY_NAMES, applies=("from_curve", "nonzero"),
+                            help="--from-curve: which strategy's layers.")
+    k: int | None = setting(None, minimum=1, applies=("from_curve", "nonzero"),
+                            help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
     out: str = setting("exported", **_OUT, help="Folder for the exported checkpoint (with --format gguf alone, "
                        "a path ending in .gguf writes just that file).")
@@ -329,8 +334,10 @@ class HealConfig:
     remove: str | None = setting(None, resolved="removed", ranges=True, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
                                  "27; 3,7,9-11.")
     from_curve: str | None = setting(None, help="A `prune --curve` run folder: heal a strategy's choice.")
-    strategy: str = setting("angular", choices=STRATEGY_NAMES, help="--from-curve: which strategy's layers.")
-    k: int | None = setting(None, minimum=1, help="--from-curve: layers removed (default: the strategy's largest k "
+    strategy: str = setting("angular", choices=STRATEGY_NAMES, applies=("from_curve", "nonzero"),
+                            help="--from-curve: which strategy's layers.")
+    k: int | None = setting(None, minimum=1, applies=("from_curve", "nonzero"),
+                            help="--from-curve: layers removed (default: the strategy's largest k "
                             "within tolerance).")
     allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
     method: str = setting("lora", choices=HEAL_METHODS, help="lora: train LoRA adapters; tail: train only the LM "
@@ -385,6 +392,7 @@ class GradnormConfig:
     norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
                                      help="Placements, comma-separated: pre, post, mix, lns, deepnorm, sandwich.")
     alpha: float = setting(0.25, flag="--mix-alpha", aliases=("--alpha",), minimum=0, maximum=1,
+                           applies=("norms", "has", "mix"),
                            help="Mix-LN: fraction of Post-LN layers, in [0, 1].")
     norm_type: str = setting("rmsnorm", choices=NORM_TYPES, help="rmsnorm or layernorm.")
     tokenizer: str | None = setting(None, help="Tokenizer for the in-house models (default: the embedded MiniLM's).")
@@ -428,7 +436,8 @@ class ToyConfig:
                                         "several: 0.5,1,2; toy.csv's alpha column.")
     samples: int = setting(4096, minimum=2, help="i.i.d. Gaussian inputs.")
     seed: int = setting(0, help="Seed of weights and inputs.")
-    mix_alpha: float = setting(0.25, minimum=0, maximum=1, help="Mix-LN: fraction of Post-LN blocks, in [0, 1].")
+    mix_alpha: float = setting(0.25, minimum=0, maximum=1, applies=("norms", "has", "mix"),
+                               help="Mix-LN: fraction of Post-LN blocks, in [0, 1].")
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/toy).")
     overwrite: bool = setting(False, **_OVERWRITE)
     formats: tuple[str, ...] = setting(("png",), **_FORMATS)

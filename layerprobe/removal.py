@@ -72,7 +72,16 @@ def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, st
     row = rows[rows["k"] == k]
     if row.empty:
         raise ConfigError(f"--k {k}: the {strategy} curve has k = {int(rows['k'].min())}..{int(rows['k'].max())}.")
-    return recorded_model(folder, str(summary["model"])), str(row["removed"].iloc[0]), str(summary.get("part", "block"))
+    removed = str(row["removed"].iloc[0])
+    try:
+        count = len(parse_ranges(removed, 4096, "removed", "3,7,9-11"))
+    except ConfigError:
+        count = None  # its syntax is named where it is applied (parse_remove), with the model's range
+    if count is not None and count != k:
+        raise RunError(f"'{folder / 'curve.csv'}': the {strategy} row at k = {k} has 'removed' {removed}, which is "
+                       f"{count} block{'s' if count != 1 else ''}, not {k}: the curve was changed after it was written; "
+                       "run `layerprobe prune --curve` again.")
+    return recorded_model(folder, str(summary["model"])), removed, str(summary.get("part", "block"))
 
 
 def recorded_model(folder: Path, spec: str) -> str:

@@ -50,7 +50,7 @@ class Mark:
     applies: tuple | None = None  # (setting path from the config's root, values it applies with): given while that
     # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
     # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
-    # only where the list x holds value
+    # only where the list x holds value (--format ... gguf, --norm ... mix, --strategies ... greedy)
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -421,6 +421,8 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
 def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
     """(whether a setting with Mark.applies `rule` does something with `config`, the flag it depends on, its value)."""
     owner, name = config, rule[0]
+    while "." in name and not hasattr(owner, name.split(".")[0]):  # a group resolved on its own (CurveSettings)
+        name = name.split(".", 1)[1]
     for part in name.split(".")[:-1]:
         owner = getattr(owner, part, None)
     leaf = name.split(".")[-1]
@@ -460,6 +462,9 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
                      f"{value:g}" if isinstance(value, float) else value)
+            if mark.applies[1] == "nonzero":  # not given at all: 'with --from-curve None' would read as a value
+                raise ConfigError(f"{flag_of(f)} {shown} does nothing without {flag}: it applies only where {flag} is "
+                                  f"given; drop {flag_of(f)}, or pass {flag}.")
             raise ConfigError(f"{flag_of(f)} {shown} does nothing with {flag} {then}: it applies only where {flag} is "
                               f"{wanted}; drop {flag_of(f)}, or change {flag}.")
 

@@ -150,6 +150,7 @@ def test_curve_resumes_and_refuses_bad_settings(model_dirs, tmp_path):
     (["--greedy-metric", "drift"], "Unknown --greedy-metric 'drift'"),
     (["--keep", "0"], "--keep must be within (0, 1], got 0"),
     (["--block", "2"], "drop --shard, --layers and --block"),
+    (["--tokens", "32"], "--tokens 32 at --seq-len 32 is one sequence, which has no interval"),  # --keep-by bound
 ])
 def test_bad_curve_settings(args, needle, model_dirs, tmp_path):
     result = invoke("prune", str(model_dirs["llama"]), "--task", "kl", "--curve", *DATA, *args,

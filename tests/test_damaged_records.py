@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DEMO_REFERENCE, assert_error, invoke
-from tests.test_hardening_round4 import TINY
+from tests.every_command import TINY
 
 CURVE = ["--task", "kl", "--curve", "--strategies", "last", "--max-removed", "2", *TINY]
 
@@ -143,3 +143,23 @@ def test_a_resume_removes_only_its_own_partial_folder(made, tmp_path):
     assert result.exit_code in (0, 1), result.output
     assert not ours.exists() and not ours.with_name(ours.name + ".layerprobe").exists()
     assert (planted / "weights.bin").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("reader", ["heal", "export"])
+def test_a_curve_row_whose_removed_is_not_k_blocks_is_refused_by_every_reader(made, tmp_path, reader):
+    """A curve.csv row edited so that 'removed' names more (or fewer) blocks than its k: every command that applies
+    a curve's choice (--from-curve) refuses it naming the file, the row and both counts, never removing the edited
+    blocks under that k."""
+    damaged = tmp_path / "curve"
+    shutil.copytree(made["curve"], damaged)
+    import pandas as pd
+
+    curve = pd.read_csv(damaged / "curve.csv")
+    curve["removed"] = curve["removed"].astype(str)
+    curve.loc[curve["k"] == 1, "removed"] = "1,2"  # two blocks under k = 1
+    curve.to_csv(damaged / "curve.csv", index=False)
+    extra = ["--method", "lstsq", *TINY, "--no-gain"] if reader == "heal" else ["--device", "cpu", "--no-verify"]
+    result = invoke(reader, made["model"], "--from-curve", damaged, "--strategy", "last", "--k", "1", *extra,
+                    "--out", tmp_path / "out")
+    assert_error(result, "the last row at k = 1 has 'removed' 1,2, which is 2 blocks, not 1")
+    assert "curve.csv" in result.output and not (tmp_path / "out").exists()

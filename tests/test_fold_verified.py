@@ -129,3 +129,88 @@ def test_heal_of_a_healed_checkpoint_says_so(model_dirs, tmp_path):
     assert not (tmp_path / "again").exists()
     record = json.loads((run / "merged" / "layerprobe-removal.json").read_text())
     assert record["healing"]["method"] == "lstsq"
+
+
+def _tensor(folder, name):
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")[name]
+
+
+@pytest.mark.slow  # a heal, a curve and four exports of the tiny LLaMA
+def test_a_checkpoint_layerprobe_made_is_named_then_built_on_or_refused(model_dirs, tmp_path):
+    """Rule 1's second half, over every source layerprobe writes (an export, a heal run's merged/, an export of an
+    export, a heal run folder) and every command that takes it as MODEL (export --remove, export --from-curve, heal,
+    heal --remove, angular): the first line says what the source is; export builds on it (its blocks renumbered,
+    checked on the weights themselves), heal refuses what it cannot heal consistently; nothing is re-derived from the
+    original silently (docs/errors.md, 'A checkpoint layerprobe made')."""
+    llama = model_dirs["llama"]  # 4 blocks
+    tiny = ["--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+            "--dtype", "float32"]
+    export, healed, twice = tmp_path / "e1", tmp_path / "heal", tmp_path / "e2"
+    assert invoke("export", llama, "--remove", "1", "--out", export, "--no-verify").exit_code == 0
+    assert invoke("heal", llama, "--remove", "2", "--method", "lstsq", *tiny, "--no-gain", "--out",
+                  healed).exit_code == 0
+    curve = tmp_path / "curve"
+    assert invoke("prune", llama, "--task", "kl", "--curve", "--strategies", "last", "--max-removed", "1", *tiny,
+                  "--out", curve).exit_code == 0
+
+    # export of an export: builds on it; block 1 of the export is block 2 of the original (kept 0, 2, 3)
+    result = invoke("export", export, "--remove", "1", "--out", twice)
+    assert result.exit_code == 0, result.output
+    assert f"'{export}' is an export of {llama} with block 1 removed (4 -> 3 blocks)" in " ".join(result.output.split())
+    record = json.loads((twice / "layerprobe-removal.json").read_text())
+    assert record["original"] == {"model": str(llama), "removed": [1, 2], "kept": [0, 3]}
+    assert record["source_removal"]["removed"] == [1] and record["removed"] == [1]
+    key = "model.layers.{}.mlp.down_proj.weight"
+    assert torch.equal(_tensor(twice, key.format(1)), _tensor(llama, key.format(3)))
+
+    # export of a healed merged/: builds on the healed weights, never the original's
+    again = tmp_path / "e3"
+    result = invoke("export", healed / "merged", "--remove", "0", "--out", again, "--no-verify")
+    assert result.exit_code == 0 and "is the healed checkpoint" in result.output, result.output
+    record = json.loads((again / "layerprobe-removal.json").read_text())
+    assert record["source_removal"]["healing"]["method"] == "lstsq" and record["original"]["removed"] == [0, 2]
+    folded = _tensor(healed / "merged", key.format(1))  # block 1 carries the map of removed block 2
+    assert torch.equal(_tensor(again, key.format(0)), folded)
+    assert not torch.equal(folded, _tensor(llama, key.format(1)))
+
+    refused = {  # command line -> what its one line says
+        ("export", export, "--from-curve", curve, "--strategy", "last", "--k", "1",
+         "--allow-other-weights"): "block ids number the source's",
+        ("heal", export, "--remove", "1", "--method", "lstsq"): f"'{export}' is an export of {llama} with block 1",
+        ("heal", healed / "merged", "--method", "lstsq"): "so it is already healed",
+        ("heal", healed / "merged", "--remove", "1", "--method", "lstsq"): "so it is already healed",
+        ("heal", healed, "--method", "lstsq"): f"'{healed}' is a heal run folder, not a model: its checkpoint is",
+        ("export", healed, "--remove", "1"): f"'{healed}' is a heal run folder, not a model: its checkpoint is",
+        ("angular", healed): f"'{healed}' is a heal run folder, not a model: its checkpoint is",
+    }
+    for n, (args, needle) in enumerate(refused.items()):
+        extra = tiny if args[0] in ("heal", "angular") else []
+        result = invoke(*args, *extra, "--out", tmp_path / f"refused-{n}")
+        assert_error(result, needle)
+        assert not (tmp_path / f"refused-{n}").exists()
+
+    # heal of an export of an export: heals the record's removal from its source (the first export), and says so
+    result = invoke("heal", twice, "--method", "lstsq", *tiny, "--no-gain", "--out", tmp_path / "h2")
+    assert result.exit_code == 0, result.output
+    assert f"removes block(s) 1 of '{export}', an export of {llama}" in " ".join(result.output.split())
+    assert json.loads((tmp_path / "h2" / "merged" / "layerprobe-removal.json").read_text())["source_model"] == str(export)
+
+
+@pytest.mark.parametrize("method", ["lstsq", "cosine"])
+def test_a_curve_healed_by_a_fold_the_architecture_cannot_carry_is_refused_before_the_sweep(method, tmp_path,
+                                                                                           tokenizer):
+    """prune --curve --heal lstsq|cosine on a Post-LN OPT, where no block can carry a folded map: one line before any
+    set is scored, naming the architecture and --heal (not --method, not --part), never a curve whose every healed
+    score is NaN behind a warning per set (what `heal` refuses, the curve refuses too)."""
+    folder = tmp_path / "opt"
+    build("opt_post_ln", len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    result = invoke("prune", folder, "--task", "kl", "--curve", "--strategies", "last", "--max-removed", "1",
+                    "--heal", method, "--dataset", "builtin", "--tokens", "64", "--seq-len", "16", "--batch-size",
+                    "2", "--device", "cpu", "--out", tmp_path / "c")
+    assert_error(result, f"--heal {method} can repair no removal here: opt is Post-LN")
+    assert "use --heal lora or tail" in result.output and "--method" not in result.output
+    assert "--part" not in result.output
+    assert not (tmp_path / "c").exists()

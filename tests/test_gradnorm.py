@@ -357,8 +357,8 @@ def test_interrupted_run_resumes_with_only_the_unfinished_jobs(tmp_path):
         run_gradnorm(settings(out=str(tmp_path / "cut")), ctrl_c_in_job_3)
     assert len(list((tmp_path / "cut" / "jobs").glob("*-seed*.json"))) == 2
     assert not (tmp_path / "cut" / "gradnorm.csv").exists()
-    with pytest.raises(RunError, match="different settings"):
-        run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True, alpha=0.5))
+    with pytest.raises(RunError, match="different settings"):  # --mix-alpha: nothing without mix
+        run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True, norm_type="layernorm"))
     calls = []
     resumed = run_gradnorm(settings(out=str(tmp_path / "cut"), resume=True), lambda *c: calls.append(c))
     assert resumed.folder == tmp_path / "cut" and any("2 finished job(s)" in w for w in resumed.warnings)

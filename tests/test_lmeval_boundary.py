@@ -29,4 +29,4 @@ def test_heal_and_gradnorm_refuse_options_their_method_ignores(model_dirs, tmp_p
     assert_error(result, "does nothing with --method lstsq")
     assert not (tmp_path / "h").exists()
     result = invoke("gradnorm", "--arch", "tiny", "--monitor-every", "2", "--out", tmp_path / "g")
-    assert_error(result, "--monitor-every 2 does nothing with --steps")
+    assert_error(result, "--monitor-every 2 does nothing without --steps")

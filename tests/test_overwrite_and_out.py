@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import DEMO_REFERENCE, assert_error, invoke
-from tests.test_hardening_round4 import RUNS, TINY
+from tests.every_command import RUNS, TINY
 
 RUN_WRITERS = ("angular", "prune", "curve", "heal", "gradnorm", "toy")
 
@@ -117,3 +117,35 @@ def test_export_never_lands_in_a_run_or_through_a_link_in_its_source(model_dirs,
     result = invoke("export", source, "--remove", "1", "--out", tmp_path / "link" / "short", "--device", "cpu")
     assert_error(result, "inside it")
     assert not (source / "short").exists()
+
+
+INPUT_READERS = {  # command -> (its arguments, the --out inside one of its inputs): {model} a copy of the tiny
+    # LLaMA, {run} a copy of the demo's angular run (read by prune --angular, compare and report)
+    "angular": (["angular", "{model}", *TINY], "{model}/run"),
+    "prune": (["prune", "{model}", "--task", "kl", *TINY], "{model}"),
+    "curve": (["prune", "{model}", "--task", "kl", "--curve", "--strategies", "angular", "--angular", "{run}",
+               "--max-removed", "1", *TINY], "{run}/curve"),
+    "heal": (["heal", "{model}", "--remove", "1", "--method", "lstsq", *TINY], "{model}/healed"),
+    "export": (["export", "{model}", "--remove", "1"], "{model}/short"),
+    "compare": (["compare", "{run}", "{run}"], "{run}/summary.json"),
+    "merge": (["merge", "{run}", "{run}"], "{run}/merged"),
+    "report": (["report", "{run}"], "{run}/pages"),
+}
+
+
+@pytest.mark.parametrize("command", list(INPUT_READERS))
+def test_no_command_writes_inside_what_it_reads(command, model_dirs, tmp_path):
+    """Issue 47 rule 2 for every command that reads a model or a run: its --out inside one of them (a run in the
+    model folder, a verdict over a run's summary.json) is one line before anything is read or written, with
+    --overwrite too, and every input stays byte for byte."""
+    model, run = tmp_path / "model", tmp_path / "angular"
+    shutil.copytree(model_dirs["llama"], model)
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    before = {p: p.read_bytes() for root in (model, run) for p in root.rglob("*") if p.is_file()}
+    args, out = INPUT_READERS[command]
+    fill = {"{model}": str(model), "{run}": str(run)}
+    for word, path in fill.items():
+        args, out = [a.replace(word, path) for a in args], out.replace(word, path)
+    result = invoke(*args, "--out", out, "--overwrite")
+    assert_error(result, "a command never writes where it reads")
+    assert {p: p.read_bytes() for root in (model, run) for p in root.rglob("*") if p.is_file()} == before

@@ -27,11 +27,12 @@ def compare(
 
     from layerprobe.config import find_project_config
     from layerprobe.runs.compare import compare_folders, is_verdict, parse_tolerances, render
-    from layerprobe.runs.folder import atomic_write_text, check_file_owned
+    from layerprobe.runs.folder import atomic_write_text, check_file_owned, check_out_apart
 
     output = output if output is not None else output_alias
     if output is not None:  # before anything is compared: a user's file there is never replaced
         call(check_path, output, "--out")
+        call(check_out_apart, output, {"the baseline": baseline, "the new run": new})  # nor a file of either run
         call(check_file_owned, Path(output), is_verdict, "--out", overwrite)
     project, _ = call(find_project_config)
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))

@@ -22,7 +22,8 @@ from layerprobe.models.layers import find_blocks, find_sublayer, is_encoder, lay
 from layerprobe.models.load import load_model, locate
 from layerprobe.models.gain import measure_gain
 from layerprobe.models.surgery import check_indices, removal_target, removed
-from layerprobe.progress import Progress, silent
+from layerprobe.lineage import build_on, check_curve_numbering, lineage, removal_of
+from layerprobe.progress import Progress, notice, silent
 from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_curve, output, parse_remove,
                                 recorded_weights, removal_record, verify_reload)
 from layerprobe.files import publishing
@@ -128,10 +129,17 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
+    derived = removal_of(spec)  # MODEL is an export or a healed merged/: said, and built on (lineage.py)
+    if derived is not None and config.from_curve:
+        check_curve_numbering(config.from_curve, spec, derived, recorded_weights(config.from_curve))
     kind, source = locate(spec, config.model.gguf_file)
     check_gguf_request(config.formats, config.out, part, kind, source, config.overwrite, config.gguf_type)
     single = "gguf" in config.formats and config.out.lower().endswith(".gguf")  # --out is the .gguf file itself
-    out = guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, source, config.overwrite)
+    if single:
+        out = guard_gguf_file(config.out, config.overwrite)
+        check_apart(out, config.out, source)
+    else:
+        out = guard_out(config.out, source, config.overwrite)
     with contextlib.ExitStack() as held:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +149,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
                            "pass a writable folder.") from None
         # another export may have finished there meanwhile
         guard_gguf_file(config.out, config.overwrite) if single else guard_out(config.out, None, config.overwrite)
-        return _export(config, spec, remove, part, out, progress)
+        return _export(config, spec, remove, part, out, progress, derived)
 
 
 def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
@@ -154,15 +162,7 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
     out, cwd = given.resolve(), Path.cwd().resolve()
     if out == cwd or out in cwd.parents:
         raise RunError(f"--out '{out_arg}' is the working directory or holds it: pass a new folder for the export.")
-    if source is not None:
-        held = source.resolve()
-        if out == held or out in held.parents or held in out.parents:
-            raise RunError(f"--out '{out_arg}' is the source model ('{held}'), inside it or holds it: pass a new "
-                           "folder; the source is never replaced or written into.")
-    run = enclosing_run(out)
-    if run is not None:
-        raise RunError(f"--out '{out_arg}' is inside the layerprobe run folder '{run}' (its merged/ or another part "
-                       "its summary describes): pass a folder outside it; an export never replaces part of a run.")
+    check_apart(out, out_arg, source)
     if out.exists() and not out.is_dir():
         raise RunError(f"--out '{out_arg}' is a file: pass a folder path.")
     if out.is_dir() and any(out.iterdir()):
@@ -171,6 +171,20 @@ def guard_out(out_arg: str, source: Path | None, overwrite: bool) -> Path:
                            "replace an earlier export.")
         _check_earlier_export(out, out_arg)
     return out
+
+
+def check_apart(out: Path, out_arg: str, source: Path | None) -> None:
+    """An export (a folder, or the .gguf file alone) is never the source model, inside it or holding it, and never
+    inside a layerprobe run folder (an unlisted file there would make that run foreign to its own --overwrite)."""
+    if source is not None:
+        held = source.resolve()
+        if out == held or out in held.parents or held in out.parents:
+            raise RunError(f"--out '{out_arg}' is the source model ('{held}'), inside it or holds it: a command "
+                           "never writes where it reads; pass a new folder.")
+    run = enclosing_run(out)
+    if run is not None:
+        raise RunError(f"--out '{out_arg}' is inside the layerprobe run folder '{run}' (its merged/ or another part "
+                       "its summary describes): pass a path outside it; an export never replaces part of a run.")
 
 
 def _check_earlier_export(out: Path, out_arg: str) -> None:
@@ -204,7 +218,8 @@ def _check_difference(difference: float | None, tolerance: float, loaded: Any, h
                        f"architecture ({head_class}).")
 
 
-def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress) -> dict:
+def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, progress: Progress,
+            derived: dict | None) -> dict:
     """The export into a claimed --out: load, remove, save into a private sibling, verify, publish by rename."""
     import torch
 
@@ -219,6 +234,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     stack.sublayer = config.sublayer
     ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
            check_indices(remove, len(stack)))
+    if derived is not None:
+        notice(build_on(spec, derived, len(stack)))
     generator = torch.Generator().manual_seed(0)
     vocab = model.get_input_embeddings().num_embeddings
     longest = max_sequence_length(model, loaded.tokenizer)  # a model shorter than the timing batch: capped
@@ -230,7 +247,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
     try:
         with publishing(out, folder=out.suffix.lower() != ".gguf" or "hf" in config.formats) as partial:
             # --out is a whole export or what it was before
-            removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress)
+            removal = _write_export(config, loaded, stack, ids, part, batch, gain, partial, progress, derived)
             progress("export", 3, 4)
     except BaseException as exc:
         # save_pretrained on a full or read-only disk: an OSError, or safetensors' own error for the weights
@@ -244,7 +261,7 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
 
 
 def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int], part: str, batch: Any, gain: dict,
-                  partial: Path, progress: Progress) -> dict:
+                  partial: Path, progress: Progress, derived: dict | None) -> dict:
     """The shortened checkpoint, its tokenizer, mergekit.yaml and layerprobe-removal.json written into `partial`,
     after its reload with plain transformers matched the model pruned in place. The removal record."""
     model, head_class = loaded.model, type(loaded.model).__name__
@@ -282,6 +299,8 @@ def _write_export(config: ExportConfig, loaded: Any, stack: Any, ids: list[int],
             loaded.tokenizer.save_pretrained(partial)
     removal = removal_record(loaded, stack, ids, part, zeroed, config.from_curve, config.strategy, difference, gain)
     removal["formats"] = list(config.formats)
+    if derived is not None:
+        removal |= lineage(derived, ids, part)
     if converted is not None:
         removal["gguf_export"] = check_converted_file(loaded, converted, keep, len(stack), target, want, batch,
                                                       config.gguf_type, config.tolerance, tolerance, config.verify,

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from layerprobe.errors import ConfigError
 from layerprobe.registry import Registry
 from layerprobe.runs.columns import TABLES, Column, Table
-from layerprobe.runs.folder import slug
+from layerprobe.runs.folder import check_out_apart, slug
 from layerprobe.runs.keys import SUMMARIES, Key
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
 
@@ -50,11 +50,15 @@ class Command:
         return self.settings
 
     def out(self, config: Any, model: str | None) -> str:
-        """Where a run writes: its --out, else reports/<model>/<folder> (reports/<folder> without a model)."""
+        """Where a run writes: its --out, else reports/<model>/<folder> (reports/<folder> without a model); never one
+        of the inputs it reads, inside one or holding one (read_inputs; issue 47 rule 2)."""
         if config.out:
-            return config.out
-        parent = Path("reports") / slug(model) if model else Path("reports")
-        return str(parent / self.folder(config))
+            out = config.out
+        else:
+            parent = Path("reports") / slug(model) if model else Path("reports")
+            out = str(parent / self.folder(config))
+        check_out_apart(out, read_inputs(config) | ({"the model": model} if model else {}))
+        return out
 
     def function(self, attribute: str) -> Callable[..., Any]:
         """The function `cli` or `run` holds, imported first where it is named."""
@@ -68,6 +72,24 @@ class Command:
         if self.settings is not None:
             found[self.settings.__name__] = self.settings
         return found | dict(self.exports)
+
+
+def read_inputs(config: Any) -> dict[str, str | None]:
+    """What a run reads from disk, by the name a message gives it: every setting that says where an input is read
+    (settings.Mark.where: the model, the dataset, --include-path, --task-data, --angular ...) and --from-curve."""
+    from layerprobe.settings import flag_of, walk, where_paths
+
+    found: dict[str, str | None] = {}
+    flags = {path: flag_of(f) for path, f, _ in walk(type(config))}
+    for path in (*where_paths(type(config)), "from_curve"):
+        value: Any = config
+        for name in path.split("."):
+            value = getattr(value, name, None)
+        if isinstance(value, str) and value:
+            what = "the model" if path.endswith("model.model") else f"the {flags.get(path) or path} input"
+            for n, part in enumerate(value.split(",") if path.endswith("include_path") else [value]):
+                found[what if not n else f"{what} #{n + 1}"] = part
+    return found
 
 
 COMMANDS: dict[str, Command] = Registry("command")

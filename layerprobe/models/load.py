@@ -19,6 +19,7 @@ from layerprobe.models.heads import HEADS, auto_class
 from layerprobe.models.layers import measured_weights, text_config
 from layerprobe.models.quantize import quantization_settings
 from layerprobe.progress import announce
+from layerprobe.runs.folder import run_folder_note
 from layerprobe.scoped import register
 from layerprobe.config import DTYPES, EMBEDDED_NAMES  # declared once, with the settings that take it
 
@@ -167,6 +168,9 @@ def check_model_folder(path: Path) -> None:
     if not path.is_dir():
         raise ModelLoadError(f"'{path}' is a file, not a model folder: pass the folder that holds config.json.")
     if not (path / "config.json").is_file():
+        note = run_folder_note(path)  # a run folder given as MODEL: which, and its merged/ checkpoint
+        if note:
+            raise ModelLoadError(f"{note}; pass a model folder as MODEL.")
         raise ModelLoadError(
             f"No config.json in '{path}': point MODEL at a folder written by save_pretrained (config + weights)."
         )

@@ -226,6 +226,20 @@ def enclosing_run(path: str | Path) -> Path | None:
     return None
 
 
+def run_folder_note(path: Path) -> str | None:
+    """"'x' is a heal run folder, not a model: its checkpoint is 'x/merged'" for a layerprobe run folder given as
+    MODEL (None for any other path): model loading and heal say it instead of "no config.json"."""
+    try:
+        summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(summary, dict) or not (path / "manifest.json").is_file():
+        return None
+    merged = path / "merged"
+    return (f"'{path}' is a {summary.get('command') or 'layerprobe'} run folder, not a model"
+            + (f": its checkpoint is '{merged}'" if (merged / "config.json").is_file() else ""))
+
+
 def clear_replaced(folder: Path, files: set[str]) -> None:
     """--overwrite: every file the replaced run listed (its manifest's "files", or its lock's), and only those, is
     removed before the new run writes, with the folders that leaves empty inside `folder`; a listed name outside

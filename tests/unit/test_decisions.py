@@ -306,6 +306,8 @@ def test_one_probe_sequence_judges_no_k_on_the_bound_and_says_so():
     text = " ".join(curve_findings(run))
     assert "Too few documents to test (5, fewer than 10): no k is judged at its bound" in text
     assert "Best strategy" not in text
+    # no strategy's line rests on the interval there is not (the replay's "no layer can go ... even at the worse end")
+    assert "worse end" not in text and "last: no k is judged (too few documents for its interval)" in text
 
 
 def test_the_needed_documents_are_not_claimed_from_too_few_or_below_what_was_scored():

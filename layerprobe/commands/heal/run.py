@@ -29,8 +29,9 @@ from layerprobe.models.layers import find_blocks, is_encoder
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.plots.heal import heal_plot
-from layerprobe.progress import Progress, silent
-from layerprobe.removal import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove, read_removal,
+from layerprobe.lineage import heal_refusal, removal_of, what_it_is
+from layerprobe.progress import Progress, notice, silent
+from layerprobe.removal import (REMOVAL_FILE, check_record_ids, check_weights, from_curve, parse_remove,
                                 recorded_weights)
 from layerprobe.repair.change import change_record
 from layerprobe.repair.data import load_data
@@ -40,7 +41,7 @@ from layerprobe.repair.tail import tail_only_trainable
 from layerprobe.commands.heal import REPLACE
 from layerprobe.runs.columns import names
 from layerprobe.runs.folder import (abandons_on_error, check_out_apart, check_owned, model_label, prepare_run_dir,
-                                    write_csv)
+                                    run_folder_note, write_csv)
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.resume import PassCheckpoint, check_resume
 from layerprobe.runs.write import RunResult, write_run
@@ -51,7 +52,7 @@ def _no_record(spec: str | None) -> str:
     """Why MODEL says nothing about what to remove (heal's message when no removal is given)."""
     path = Path(spec) if spec else None
     if path is not None and path.is_dir():
-        return f"'{spec}' is a model folder, not an export (it holds no {REMOVAL_FILE})"
+        return run_folder_note(path) or f"'{spec}' is a model folder, not an export (it holds no {REMOVAL_FILE})"
     if path is not None:
         return f"'{spec}' is no folder here (an export is a folder holding {REMOVAL_FILE})"
     return "no MODEL was given"
@@ -60,9 +61,14 @@ def _no_record(spec: str | None) -> str:
 def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
     """(model to load, the blocks to remove as text or ids, the exported record when MODEL is an export)."""
     spec = config.model.model
-    exported = Path(spec) / REMOVAL_FILE if spec else None
+    record = removal_of(spec)  # one line naming the file and the key, never a traceback
+    given_removal = (f"--remove {config.remove}" if config.remove else
+                     f"--from-curve {config.from_curve}" if config.from_curve else None)
+    refusal = record and heal_refusal(spec, record, given_removal)
+    if refusal:  # a healed checkpoint, or an export with a removal of its own given too (lineage.py)
+        raise ConfigError(refusal)
     given = [n for n, v in (("--remove", config.remove), ("--from-curve", config.from_curve),
-                            ("an exported MODEL", exported and exported.is_file())) if v]
+                            ("an exported MODEL", record is not None)) if v]
     if not given:
         raise ConfigError(f"heal needs the blocks to remove, and {_no_record(spec)}: pass --remove 20-27, "
                           "--from-curve RUN, or an exported folder as MODEL.")
@@ -77,18 +83,15 @@ def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
         return spec or model, remove, None
     if config.remove:
         return spec, config.remove, None
-    record = read_removal(exported)  # one line naming the file and the key, never a traceback
-    if isinstance(record.get("healing"), dict):  # a heal run's merged/: its record names the unhealed original
-        raise ConfigError(f"'{spec}' is already healed: the merged/ checkpoint of a heal run (--method "
-                          f"{record['healing'].get('method')}) of '{record.get('source_model')}' without "
-                          f"{ranges_label(record['removed'])}; its record would re-heal that original from scratch. "
-                          f"Heal the original again with `layerprobe heal {record.get('source_model')} --remove "
-                          f"{ranges_label(record['removed'])}`, or evaluate the healed checkpoint as it is.")
     if record["part"] != "block":
         raise ConfigError(f"'{spec}' zeroed {record['part']} sub-layers; heal heals removed blocks: export with "
                           "--part block.")
     source = record.get("source_path")  # absolute: where the export read it, whatever the working directory now
     source = source if source and Path(source).is_absolute() and Path(source).is_dir() else record["source_model"]
+    inner = removal_of(source)
+    if inner is not None:  # an export of an export: the record's blocks number its source, itself an export
+        notice(f"'{spec}' removes block(s) {ranges_label(record['removed'])} of '{source}', {what_it_is(inner)}: "
+               f"heal builds on '{source}' as the record says.")
     return source, record["removed"], record
 
 

@@ -20,9 +20,9 @@ from typing import Any
 from layerprobe.commands.prune import CURVE_COMMAND
 from layerprobe.commands.probe import Probe
 from layerprobe.commands.prune.decide import curve_decisions, judged
-from layerprobe.commands.prune.healed import UNPRUNED, check_healing, heal_method, heal_sets, refusals
+from layerprobe.commands.prune.healed import UNPRUNED, check_foldable, check_healing, heal_method, heal_sets, refusals
 from layerprobe.commands.prune.outputs import COLUMNS, check_metric, find_angular, with_records
-from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
+from layerprobe.commands.prune.sweeps import SweepJob, open_sweep, task_kind
 from layerprobe.config import GREEDY_ENDS, AngularConfig, CurveSettings, PruneConfig
 from layerprobe.strategies import STRATEGIES
 from layerprobe.data.packing import batches, empty_corpus_error
@@ -236,6 +236,16 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
     return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED + CURVE_HEALED)
 
 
+def check_intervals(config: PruneConfig, seq_len: int) -> None:
+    """--keep-by bound judges each k at the worse end of its paired interval: a task-free curve on one sequence has
+    none, so it is refused before anything is measured (issue 47 rule 5; an lm-eval curve with fewer than
+    MIN_DOCUMENTS documents judges no k and says so, decide.curve_decisions)."""
+    if config.curve.keep_by == "bound" and task_kind(config.task) == "taskfree" and config.data.tokens <= seq_len:
+        raise ConfigError(f"--keep-by bound judges each k at the worse end of its paired interval, and --tokens "
+                          f"{config.data.tokens} at --seq-len {seq_len} is one sequence, which has no interval: pass "
+                          f"--tokens of at least {2 * seq_len} (more than one sequence), or --keep-by point.")
+
+
 @takes(PruneConfig, "layerprobe.curve")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
@@ -258,6 +268,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         check_owned(Path(out), CURVE_COMMAND, "--overwrite")
     task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
+    check_intervals(config, probe.seq_len)
+    check_foldable(config, probe)
     rescores = rescoring(settings)  # greedy: picks by scoring the probe corpus with --greedy-metric
     if rescores and METRICS[settings.greedy_metric].needs_lm and is_encoder(probe.model):
         others = [s.name for s in STRATEGIES.values() if not s.rescores]

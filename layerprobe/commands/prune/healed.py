@@ -15,7 +15,7 @@ from layerprobe.config import REPLACEMENTS, HealConfig, PruneConfig
 from layerprobe.errors import ArchitectureError, ConfigError, NumericsError
 from layerprobe.evaluation.records import healed_label, sequence_rows
 from layerprobe.evaluation.variants import Variant, ranges_label
-from layerprobe.models.layers import find_blocks
+from layerprobe.models.layers import find_blocks, fold_target
 from layerprobe.models.lora import lora_targets, with_lora
 from layerprobe.models.surgery import removed_layers
 from layerprobe.progress import Progress
@@ -89,6 +89,26 @@ def heal_one(probe: Any, ids: list[int], settings: HealConfig, data: Any, metric
     last = healing.rows[-1]
     return float(last["heldout_ppl"] if metric == "ppl" else last["heldout_kl"]), sequence_rows(metric,
                                                                                                 sequences[metric])
+
+
+def check_foldable(config: PruneConfig, probe: Any) -> None:
+    """--heal lstsq|cosine where no block of the model can carry a folded map (a Post-LN architecture, a norm
+    placement between the MLP and the next block everywhere): refused before the sweep, as heal refuses it, never a
+    curve whose every healed score is NaN; a set that only its own blocks keep from a fold (block 0) still goes on
+    unrepaired with a warning (heal_sets)."""
+    method = heal_method(config)
+    if method not in REPLACEMENTS:
+        return
+    reasons = []
+    for index in range(len(probe.stack) - 1):
+        try:
+            fold_target(probe.model, probe.stack, index)
+            return
+        except ArchitectureError as exc:
+            reasons.append(str(exc))
+    reason = (reasons[0] if reasons else "the model has one block").replace("use --method lora or tail",
+                                                                             "use --heal lora or tail")
+    raise ArchitectureError(f"--heal {method} can repair no removal here: {reason}")
 
 
 UNPRUNED = ""  # the healed-sets key of the unpruned model, healed the same way: the fair reference

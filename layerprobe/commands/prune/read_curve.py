@@ -30,7 +30,10 @@ def curve_findings(run: Run) -> list[str]:
     for strategy, verdict in s.get("curve", {}).items():
         k = verdict["max_k"]
         label = "" if bound else "exploratory, by point estimate: "
-        if k:
+        if few and bound:  # no interval to judge by: no claim that rests on one
+            out.append(f"{strategy}: no k is judged (too few documents for its interval); the table's points rank "
+                       "the k only.")
+        elif k:
             out.append(f"{strategy}: {label}{k} of {layers} layers ({k / layers:.0%}) can go with {tolerance} "
                        f"(remove {verdict['removed']}, {s['metric']} {verdict['score']:.4g}{_point(table, strategy, k)})"
                        f"{_needed(verdict, s)}.")
