@@ -281,7 +281,8 @@ class ExportConfig:
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint (None: the curve run's model).")
     _: KW_ONLY
     remove: str | None = setting(None, help="Blocks to remove, 0-based, ranges inclusive: 20-27 removes 20 through "
-                                 "27; 3,7,9-11.")
+                                 "27; 3,7,9-11; none: remove nothing (a checkpoint written as it is, e.g. a heal "
+                                 "run's merged/ with --format gguf).")
     part: str = setting("block", choices=PARTS, help="block: the blocks go; attn or mlp: that sub-layer's output "
                         "projection is zeroed (same size, same outputs as prune --part).")
     sublayer: str = setting("branch", choices=SUBLAYERS, before=("module",), applies=("part", ("attn", "mlp")),

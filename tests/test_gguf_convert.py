@@ -243,3 +243,27 @@ def test_a_gguf_source_export_copies_the_kept_blocks_byte_for_byte_and_reloads_l
     written = done["gguf_export"]
     assert written["tensors_changed_type"] == [] and written["block_count"] == 5
     assert written["tensors_copied_byte_for_byte"] == len(got.tensors)
+
+
+def test_a_healed_checkpoint_converts_as_it_is_with_remove_none(tiny_dirs, tmp_path):
+    """heal's merged/ (lstsq's transform folded into a down-projection) to GGUF with nothing more removed: transformers'
+    GGUF loader on the file equals plain transformers on merged/, and the record names the removal heal made."""
+    import transformers
+
+    heal = tmp_path / "heal"
+    result = invoke("heal", tiny_dirs["llama"], "--remove", "2-3", "--method", "lstsq", "--dataset", "builtin",
+                    "--tokens", "1024", "--seq-len", "32", "--batch-size", "4", "--no-gain", "--out", heal)
+    assert result.exit_code == 0, result.output
+    target = tmp_path / "healed.gguf"
+    result = invoke("export", heal / "merged", "--remove", "none", "--format", "gguf", "--gguf-type", "f32",
+                    "--out", target)
+    assert result.exit_code == 0, result.output
+    assert "removed nothing (--remove none): 6 layers -> 6 layers" in " ".join(result.output.split())
+    merged = transformers.AutoModelForCausalLM.from_pretrained(heal / "merged", dtype=torch.float32).eval()
+    ids = torch.tensor([IDS])
+    with torch.no_grad():
+        torch.testing.assert_close(reload(target, None)(ids).logits, merged(ids).logits, atol=1e-5, rtol=0)
+    record = json.loads({k: f.contents() for k, f in gguf.GGUFReader(str(target)).fields.items()}["layerprobe.removal"])
+    assert record["removed"] == [] and record["kept"] == list(range(6))
+    assert_error(invoke("export", heal / "merged", "--remove", "none", "--part", "attn", "--out", tmp_path / "x"),
+                 "--remove none zeroes no sub-layer")

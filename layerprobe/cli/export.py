@@ -26,8 +26,10 @@ def export(
     with progress_bar() as progress:
         done = call(run_export, config, progress)
     gain = done["gain"]
-    out.print(f"removed {done['removed_label']} ({done['part']}) of {done['num_layers_original']} layers -> "
-              f"{done['num_layers_exported']} layers [bold]{done['out']}[/bold]", highlight=False)
+    what = (f"removed {done['removed_label']} ({done['part']}) of" if done["removed"] else "removed nothing (--remove "
+            "none):")
+    out.print(f"{what} {done['num_layers_original']} layers -> {done['num_layers_exported']} layers "
+              f"[bold]{done['out']}[/bold]", highlight=False)
     if gain:
         show_gain(gain, done["device"])
     if done["verified_max_difference"] is not None:

@@ -32,6 +32,7 @@ from layerprobe.settings import takes
 from layerprobe.commands.export_gguf import (GGUF_NAME, check_converted_file, check_gguf_request, guard_gguf_file,
                                             write_converted, write_gguf)
 
+NOTHING = "none"  # --remove none: every block kept, the checkpoint written as it is (a heal merged/ to GGUF)
 # the Linear that produces a sub-layer's output, by name: zeroing it (and its bias) zeroes the sub-layer's output
 OUTPUT_PROJECTIONS = {"attn": ("o_proj", "c_proj", "out_proj", "dense", "wo"),
                       "mlp": ("down_proj", "c_proj", "dense_4h_to_h", "fc2", "wo", "w2")}
@@ -126,7 +127,10 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         curve_model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
         spec = spec or curve_model
     if not remove:
-        raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive) or --from-curve RUN.")
+        raise ConfigError("Nothing to remove: pass --remove 20-27 (0-based, inclusive), --from-curve RUN, or "
+                          "--remove none to write the checkpoint as it is.")
+    if isinstance(remove, str) and remove.strip().lower() == NOTHING and part != "block":
+        raise ConfigError(f"--remove none zeroes no sub-layer: drop --part {part}.")
     if part not in PARTS:
         raise ConfigError(f"Unknown --part '{part}': use {', '.join(PARTS)}.")
     derived = removal_of(spec)  # MODEL is an export or a healed merged/: said, and built on (lineage.py)
@@ -232,7 +236,8 @@ def _export(config: ExportConfig, spec: str, remove: Any, part: str, out: Path, 
                       config.allow_other_weights)
     model, stack = loaded.model, find_blocks(loaded.model, config.model.layers_path, config.model.stack)
     stack.sublayer = config.sublayer
-    ids = (parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
+    ids = ([] if isinstance(remove, str) and remove.strip().lower() == NOTHING else
+           parse_remove(remove, len(stack), config.from_curve, config.strategy) if isinstance(remove, str) else
            check_indices(remove, len(stack)))
     if derived is not None:
         notice(build_on(spec, derived, len(stack)))
