@@ -82,7 +82,7 @@ def test_a_non_finite_repair_score_is_an_error(model_dirs):
         return paired_scores(teacher, student, "model.layers", [2], heldout, "cpu")
 
     good = model()
-    assert set(score(good, model())) == {"before", "after", "unpruned"}
+    assert set(score(good, model())) == {"before", "after", "unpruned", "sequences", "change"}  # change: paired
     nan_teacher, inf_fold = model(), model()
     nan_teacher.model.embed_tokens.weight.data.fill_(math.nan)
     inf_fold.model.layers[1].mlp.down_proj.weight.data.fill_(math.inf)  # the projection the map of block 2 folds into

@@ -194,7 +194,8 @@ def test_prefix_cache_on_and_off_give_the_same_prune_csv(models, two_subjects, t
         tables[name] = pd.read_csv(tmp_path / name / "prune.csv")
         summaries[name] = json.loads((tmp_path / name / "summary.json").read_text())["prefix_cache"]
     exact = ["layer", "removed", "metric", "baseline", "pruned", "delta", "baseline_stderr", "pruned_stderr"]
-    derived = ["loglik_p_value"]  # a t test of loglikelihood changes: their float noise (1e-5) moves it as much
+    derived = ["loglik_p_value", "margin_p_value"]  # t tests of loglikelihood changes: their float noise (1e-5)
+    # moves them as much
     for other in ("off", "per-variant"):  # accuracies to the last digit; mean loglikelihoods within float noise
         pd.testing.assert_frame_equal(tables["on"][exact], tables[other][exact], check_exact=True)
         rest = [c for c in tables["on"] if c not in derived]
@@ -220,7 +221,7 @@ def test_fallback_is_chosen_and_recorded(models, model_dirs, two_subjects, tmp_p
     sliding, per_variant = (pd.read_csv(tmp_path / name / "prune.csv") for name in ("sliding", "plain"))
     # accuracies and their intervals exact; the gold loglikelihood's mean change differs in float noise (1e-9 seen)
     # where whole requests and HFLM's own batches sum in another order; its t test's p-value at 1e-4, as above
-    continuous = [c for c in sliding if c.startswith("loglik_")]
+    continuous = [c for c in sliding if c.startswith(("loglik_", "margin_"))]  # the margin: of the same loglikelihoods
     exact = [c for c in sliding if c not in continuous]
     pd.testing.assert_frame_equal(sliding[exact], per_variant[exact], check_exact=True)
     pd.testing.assert_frame_equal(sliding[continuous], per_variant[continuous], check_exact=False, rtol=0, atol=1e-4)

@@ -113,4 +113,4 @@ def test_sample_and_limit_refused_together(model_dirs, task_dir, tmp_path):  # n
     assert_error(result, "--sample 5 does nothing with --task ppl")
     result = invoke("prune", str(model_dirs["llama"]), "--task", "tiny_mc", "--include-path", str(task_dir),
                     "--seed", "5", "--out", str(tmp_path / "z"))
-    assert_error(result, "--seed 5 does nothing with --sample")
+    assert_error(result, "--seed 5 does nothing without --sample")

@@ -10,7 +10,7 @@ import pytest
 import torch
 import transformers
 
-from layerprobe.commands.angular.run import run_angular
+from layerprobe.commands.angular.run import LENS_STAGE, run_angular
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import batches
 
@@ -115,7 +115,7 @@ def test_default_lens_positions_shrink_with_the_vocabulary():
 
 
 def test_lens_has_its_own_progress_stage_and_the_default_follows_the_vocabulary(model_dirs, corpus_file, tmp_path):
-    """The bar names the phase it is in: the lens reports 'logit lens' in positions, up to its limit; left unset,
+    """The bar names the phase it is in: the lens reports "logit lens (positions)", up to its limit; left unset,
     --lens-tokens is min(512, 512 x 32768 / vocabulary, tokens / 64), at least 16 (here: 16 of the 240)."""
     config = config_for(model_dirs["llama"], tmp_path, corpus_file, tokens=240, seq_len=40, batch_size=3)
     assert config.lens_tokens is None
@@ -124,7 +124,7 @@ def test_lens_has_its_own_progress_stage_and_the_default_follows_the_vocabulary(
     run = run_angular(config, lambda stage, done, total: seen.append((stage, done, total)))
     expected = max(16, min(512, 512 * 32768 // vocab, 240 // 64))
     assert expected == 16 and run.summary["logit_lens_tokens"] == expected
-    lens = [(done, total) for stage, done, total in seen if stage == "logit lens"]
+    lens = [(done, total) for stage, done, total in seen if stage == LENS_STAGE]
     assert lens and all(total == expected for _, total in lens)
     assert [d for d, _ in lens] == sorted(d for d, _ in lens) and lens[-1][0] == expected
-    assert {stage for stage, *_ in seen} == {"tokens", "logit lens"}
+    assert {stage for stage, *_ in seen} == {"tokens", LENS_STAGE} and LENS_STAGE == "logit lens (positions)"
