@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import typing
 from collections.abc import Mapping
@@ -69,9 +70,16 @@ def flag_of(f: dataclasses.Field) -> str:
     return "--" + f.name.replace("_", "-")
 
 
+@functools.lru_cache(maxsize=None)
+def type_hints(cls: type) -> dict[str, Any]:
+    """typing.get_type_hints(cls), once per class: it evaluates every annotation string on each call (a CLI command
+    resolving its settings asked it thousands of times)."""
+    return typing.get_type_hints(cls)
+
+
 def group_of(cls: type, name: str) -> type | None:
     """The settings dataclass a field of `cls` holds (ModelOptions for `model`), or None for a plain value."""
-    hint = typing.get_type_hints(cls)[name]
+    hint = type_hints(cls)[name]
     for candidate in (hint, *typing.get_args(hint)):
         if is_dataclass(candidate):
             return candidate
@@ -194,7 +202,7 @@ def project_keys(*classes: type) -> dict[str, type]:
 
 
 def _base_type(cls: type, name: str) -> type:
-    hint = typing.get_type_hints(cls)[name]
+    hint = type_hints(cls)[name]
     args = [a for a in typing.get_args(hint) if a is not type(None)]
     if typing.get_origin(hint) is tuple:
         return tuple
@@ -512,7 +520,7 @@ def _declared_default(f: dataclasses.Field) -> Any:
 
 def _given(config: Any, default: Any, prefix: str, found: dict[str, str]) -> None:
     """Every value of `config` that differs from `default`'s (what a caller gave), each of its declared type."""
-    hints = typing.get_type_hints(type(config))
+    hints = type_hints(type(config))
     for f in fields(config):
         value, path = getattr(config, f.name), prefix + f.name
         problem = _type_problem(value, hints[f.name])
