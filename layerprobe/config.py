@@ -397,9 +397,9 @@ class GradnormConfig:
                            help="Mix-LN: fraction of Post-LN layers, in [0, 1].")
     norm_type: str = setting("rmsnorm", choices=NORM_TYPES, help="rmsnorm or layernorm.")
     tokenizer: str | None = setting(None, help="Tokenizer for the in-house models (default: the embedded MiniLM's).")
-    seeds: int = setting(2, minimum=1, help="Initializations per placement (the paper-scale run: --arch llama-130m "
+    seeds: int = setting(2, minimum=1, maximum=10_000, help="Initializations per placement (the paper-scale run: --arch llama-130m "
                          "--seeds 3 --batch-size 8).")
-    batches: int = setting(2, minimum=1, help="Batches per initialization.")
+    batches: int = setting(2, minimum=1, maximum=100_000, help="Batches per initialization.")
     reinit: bool = setting(False, help="Re-initialize MODEL from its config.")
     device: str = setting("auto", project=True, numbers=False, help="auto, cpu, cuda or cuda:N.")
     dtype: str = setting("auto", project=True, choices=DTYPES, help="Parameter dtype: auto (float32 on CPU, bfloat16 "

@@ -163,3 +163,23 @@ def test_a_curve_row_whose_removed_is_not_k_blocks_is_refused_by_every_reader(ma
                     "--out", tmp_path / "out")
     assert_error(result, "the last row at k = 1 has 'removed' 1,2, which is 2 blocks, not 1")
     assert "curve.csv" in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_damaged_angular_run_given_to_prune_is_refused_before_the_sweep_writes(model_dirs, tmp_path):
+    """--angular DIR whose angular.csv holds a NaN distance: one line naming the file, and no prune folder at all
+    (it was refused after the sweep, leaving a locked half-run)."""
+    import pandas as pd
+
+    angular = tmp_path / "angular"
+    assert invoke("angular", model_dirs["llama"], *TINY, "--out", angular).exit_code == 0
+    table = pd.read_csv(angular / "angular.csv")
+    table.loc[0, "distance"] = float("nan")
+    table.to_csv(angular / "angular.csv", index=False)
+    result = invoke("prune", model_dirs["llama"], "--task", "ppl", *TINY, "--angular", angular, "--out", tmp_path / "p")
+    assert_error(result, "angular.csv' has an empty, infinite or NaN distance")
+    assert not (tmp_path / "p").exists()
+
+
+def test_impossible_gradnorm_counts_are_one_line_before_any_work():
+    for flag, value in (("--seeds", "100000000000"), ("--batches", "10000000000")):
+        assert_error(invoke("gradnorm", "--arch", "tiny", flag, value, "--device", "cpu"), f"{flag} must be within")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from layerprobe.commands.prune import PRUNE_COMMAND
 from layerprobe.commands.prune.merge import merge_shards
-from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, write_prune_outputs
+from layerprobe.commands.prune.outputs import COLUMNS, PruneRun, find_angular, write_prune_outputs
 from layerprobe.commands.prune.sweeps import SweepJob, open_sweep
 from layerprobe.commands.probe import refuse_ranges_early
 from layerprobe.config import PruneConfig
@@ -55,6 +55,8 @@ def run_prune(config: PruneConfig, progress: Progress = silent) -> PruneRun:
     elif config.overwrite:  # refused before the model loads, not after
         check_owned(Path(out), PRUNE_COMMAND, "--overwrite")
     refuse_ranges_early(config.model, layers=config.layers, block=config.block)  # before the load
+    if config.angular:  # a damaged or unfinished --angular run: refused before the sweep writes anything
+        find_angular(Path(out), config.angular)
     task, probe = open_sweep(config)
     warnings = probe.warnings + task.check(probe)
     variants = sweep(len(probe.stack), config.block, parse_layers(config.layers, len(probe.stack)))
