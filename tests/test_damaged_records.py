@@ -183,3 +183,15 @@ def test_a_damaged_angular_run_given_to_prune_is_refused_before_the_sweep_writes
 def test_impossible_gradnorm_counts_are_one_line_before_any_work():
     for flag, value in (("--seeds", "100000000000"), ("--batches", "10000000000")):
         assert_error(invoke("gradnorm", "--arch", "tiny", flag, value, "--device", "cpu"), f"{flag} must be within")
+
+
+def test_a_curve_file_that_lost_a_whole_strategy_is_refused_by_report(tmp_path):
+    """curve.csv cut at a row boundary (the last strategy's rows gone) still parses: report names the missing curve
+    instead of drawing the page without it (exit 0 before)."""
+    import pandas as pd
+
+    folder = shutil.copytree(Path(__file__).resolve().parents[1] / "reports" / "demo" / "smollm2-curve-kl",
+                             tmp_path / "curve")
+    table = pd.read_csv(folder / "curve.csv")
+    table[table["strategy"] != "last"].to_csv(folder / "curve.csv", index=False)
+    assert_error(invoke("report", folder, "--out", tmp_path / "page"), "has no rows of the last curve(s)")

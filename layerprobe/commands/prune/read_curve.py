@@ -13,7 +13,19 @@ from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
 
+def whole_curves(run: Run) -> Any:
+    """curve.csv, with a row for every strategy summary.json lists (a file cut at a row boundary loses a whole curve
+    and still reads as a table: refused by name, never drawn without it)."""
+    curve = run.tables["curve"]
+    missing = [s for s in run.summary.get("strategies") or () if s not in set(curve["strategy"])]
+    if missing:
+        raise RunError(f"'{run.folder / 'curve.csv'}' has no rows of the {', '.join(missing)} curve(s) summary.json "
+                       "lists: re-run the command, or restore the file.")
+    return curve
+
+
 def curve_findings(run: Run) -> list[str]:
+    whole_curves(run)
     s = run.summary
     layers = s.get("num_layers")
     tolerance = (f"{s['metric']} at least {s['keep']:g} of the unpruned {s['baseline']:.4g}" if s.get("higher_is_better")
@@ -152,7 +164,7 @@ def _healed_intervals(row: Any) -> str:
 
 def curve_table(run: Run) -> Any:
     """k (and the fraction removed) by strategy: the score of the model without those layers."""
-    curve = run.tables["curve"]
+    curve = whole_curves(run)
     return curve.pivot(index=["k", "fraction"], columns="strategy", values="score").reset_index()
 
 
