@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -165,7 +166,9 @@ class _Overall:
         self.progress, self.before = progress, 0.0
 
     def stage(self, index: int, name: str) -> Progress:
-        """The step's own progress, labelled with what it counts, and the overall bar moved along."""
+        """The step's own progress, labelled with what it counts, and the overall bar moved along. Called only for
+        a step that runs: a --resume's kept steps never report, so the bar's first value is the kept share and its
+        rate (and ETA) counts only the work this process does."""
         total = sum(self.weights)
         self.before = sum(self.weights[:index])
 
@@ -183,19 +186,20 @@ class _Overall:
         self.progress(OVERALL, 1000, 1000)
 
 
-def _run_step(step: Step, resume: bool, progress: Progress) -> tuple[Any, bool]:
+def _run_step(step: Step, resume: bool, progress: Callable[[], Progress]) -> tuple[Any, bool]:
     """(its RunResult, whether it was kept): a fresh demo runs the step; a --resume keeps a finished sub-run after
     checking it (this step's command and settings, only layerprobe's files, tables that read back whole),
-    continues an unfinished one, and runs a missing one."""
+    continues an unfinished one, and runs a missing one. progress() makes the step's progress, for a step that
+    runs (a kept one moves no bar)."""
     folder = Path(step.config.out)
     if not resume:
-        return step.runner(step.config, progress), False
+        return step.runner(step.config, progress()), False
     state = resume_state(folder, step.command, step.config)
     if state == "finished":
         load_run(folder)  # every table whole and readable, or a RunError naming what is wrong
         return RunResult(folder), True
     config = dataclasses.replace(step.config, overwrite=False, resume=state == "unfinished")
-    return step.runner(config, progress), False
+    return step.runner(config, progress()), False
 
 
 @abandons_on_error
@@ -217,7 +221,7 @@ def run_demo(out: str = DEMO_OUT, quick: bool = False, overwrite: bool = False,
     overall = _Overall(steps, quick, progress)
     runs, kept = [], []
     for index, step in enumerate(steps):
-        run, was_kept = _run_step(step, resume, overall.stage(index, step.name))
+        run, was_kept = _run_step(step, resume, functools.partial(overall.stage, index, step.name))
         runs.append(run)
         if was_kept:
             kept.append(run.folder)
