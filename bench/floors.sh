@@ -6,8 +6,9 @@
 # TORCH (default 2.13.0, the CPU wheel this project installs) is the torch installed first; TORCH=2.4.0 proves
 # torch's floor, from PyPI's Linux wheel with its CUDA libraries (2.6 GiB), or from TORCH_INDEX (e.g.
 # https://download.pytorch.org/whl/cpu) where that index is reachable. KEEP=1 keeps the temp folder.
-# TESTS (default tests/unit) is what pytest runs. Prints every direct dependency's installed version, then pytest's
-# summary; exits with pytest's status.
+# TESTS (default: the unit tier and the tiny-model tests of what a release may move: the internals, the block
+# table, surgery, norm placements, packing) is what pytest runs. Prints every direct dependency's installed
+# version, then pytest's summary; exits with pytest's status.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/layerprobe-floors-XXXXXX")
@@ -56,5 +57,6 @@ for line in open(sys.argv[1]):
     print(f"{name} {version(name)}")
 EOF
 cd "$root"
-echo "== python -m pytest ${TESTS:-tests/unit} -q"
-python -m pytest ${TESTS:-tests/unit} -q -p no:cacheprovider
+tests=${TESTS:-tests/unit tests/test_internals.py tests/test_layers.py tests/test_surgery.py tests/test_norms.py tests/test_packing.py}
+echo "== python -m pytest $tests -q"
+python -m pytest $tests -q -p no:cacheprovider

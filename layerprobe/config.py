@@ -37,6 +37,7 @@ HEAL_METHODS = ("lora", "lstsq", "cosine", "tail")
 REPLACEMENTS = ("lstsq", "cosine")  # the training-free methods (models/replacement.py)
 CURVE_STRATEGIES = NAMES  # strategies.py: one record per strategy; the built-ins, --strategies' default
 STRATEGY_NAMES = STRATEGIES.names()  # every registered strategy (a setting's choices: one registered later too)
+RESCORERS = STRATEGIES.names(lambda s: s.rescores)  # the strategies that pick by scoring the probe corpus (greedy)
 SQUAD_DATASET = "rajpurkar/squad"  # SQuAD v1.1 on the hub: prune --task squad's default data
 DEMO_OUT = "reports/demo-run"  # where `layerprobe demo` writes by default (a timestamped sibling if it exists)
 DEMO_REFERENCE = "reports/demo"  # the committed demo run: never a default --out; a fresh demo says how to compare
@@ -187,9 +188,9 @@ class CurveSettings:
     max_removed: int | None = setting(None, minimum=1, resolved="k_max",
                                       help="--curve: largest k (default: --max-fraction of the layers).")
     max_fraction: float = setting(0.5, above=0, maximum=1, help="--curve: largest fraction of the layers removed.")
-    greedy_metric: str = setting("kl", choices=accepted_by(RESCORING), applies=("curve.strategies", "has", "greedy"),
+    greedy_metric: str = setting("kl", choices=accepted_by(RESCORING), applies=("curve.strategies", "has", RESCORERS),
                                  help="--curve: what greedy minimizes on the probe corpus, kl or ppl.")
-    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, applies=("curve.strategies", "has", "greedy"),
+    greedy_ends: str = setting("keep", choices=GREEDY_ENDS, applies=("curve.strategies", "has", RESCORERS),
                                help="--curve: keep (SLEB's rule: greedy never removes "
                                "the first or the last remaining block) or allow (any block).")
     heal_steps: int = setting(0, minimum=0, help="--curve: heal each scored set with N LoRA steps (as layerprobe "

@@ -3,7 +3,7 @@ and what of it layerprobe calls, overrides or reads, checked against the release
 
 Internals are names outside a library's top-level API (a class in a submodule, a private method or attribute, a
 module's folder layout). A new release may move or change them without notice; when one does, the import below
-fails naming the internal, and `python -m layerprobe.internals` (tests/unit/test_internals.py) says what moved.
+fails naming the internal, and `python -m layerprobe.internals` (tests/test_internals.py) says what moved.
 Names are imported on first use (`from layerprobe.internals import HFLM`), so importing this module loads neither
 lm-eval nor transformers: `layerprobe --help`, `report` and `merge` stay light.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 # The releases every record below was checked against: the floors in pyproject.toml (bench/floors.sh installs them
-# and runs the unit tier, tests/unit/test_internals.py included) and the newest installed while writing this.
+# and runs the unit tier and tests/test_internals.py) and the newest installed while writing this.
 CHECKED = {"lm-eval": "0.4.12 (the floor) and 0.4.13", "transformers": "4.56.0 (the floor) and 5.23.0"}
 
 

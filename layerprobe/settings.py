@@ -51,7 +51,8 @@ class Mark:
     applies: tuple | None = None  # (setting path from the config's root, values it applies with): given while that
     # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
     # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
-    # only where the list x holds value (--format ... gguf, --norm ... mix, --strategies ... greedy)
+    # only where the list x holds value (--format ... gguf, --norm ... mix), or one of values, a collection such as a
+    # registry's Names (--strategies ... any strategy whose record rescores)
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -441,9 +442,15 @@ def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
         return bool(value), flag, value
     if rule[1] == "not":
         return value not in rule[2], flag, value
-    if rule[1] == "has":  # a list setting (--format hf,gguf) that must hold the value
-        return rule[2] in (value or ()), flag, ",".join(map(str, value or ()))
+    if rule[1] == "has":  # a list setting (--format hf,gguf) that must hold the value, or one of the values
+        return any(v in held_by(rule) for v in value or ()), flag, ",".join(map(str, value or ()))
     return value in rule[1], flag, value
+
+
+def held_by(rule: tuple) -> tuple:
+    """The values a ('x', 'has', value or values) rule wants the list x to hold one of, read now (a Names collection
+    holds a record registered later)."""
+    return (rule[2],) if isinstance(rule[2], str) else tuple(rule[2])
 
 
 def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", root: Any = None,
@@ -465,7 +472,7 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
         applies, flag, then = _applies_now(root, mark.applies)
         if not applies:
             wanted = ("given" if mark.applies[1] == "nonzero" else
-                      f"{mark.applies[2]} (alone or in a list)" if mark.applies[1] == "has" else
+                      f"{' or '.join(held_by(mark.applies))} (alone or in a list)" if mark.applies[1] == "has" else
                       f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
                       " or ".join(map(str, mark.applies[1])))
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else

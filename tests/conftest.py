@@ -25,12 +25,11 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one of `-n 2`'s workers on a 2-core
         os.environ.setdefault(_name, "1")
 
 import pytest  # noqa: E402
-import torch  # noqa: E402
 
-if os.environ.get("PYTEST_XDIST_WORKER"):
+if os.environ.get("PYTEST_XDIST_WORKER"):  # torch is imported where a test uses it (the unit tier mostly does not)
+    import torch
+
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-
-from layerprobe.models.load import embedded_model_dir  # noqa: E402
 
 ARCHS = ("llama", "qwen2", "gpt2", "bert")
 # Where each architecture's final norm lives in its base model (None: no final norm, BERT is Post-LN).
@@ -56,6 +55,8 @@ def tiny_config(arch: str, vocab: int, bos: int, eos: int, layers: int = 4):
 
 @pytest.fixture(scope="session")
 def minilm_dir() -> Path:
+    from layerprobe.models.load import embedded_model_dir
+
     return embedded_model_dir()
 
 
@@ -72,6 +73,7 @@ def tokenizer(minilm_dir):
 @pytest.fixture(scope="session")
 def model_dirs(tmp_path_factory, tokenizer) -> dict[str, Path]:
     """arch -> folder with a seeded tiny model (causal LM head, MLM head for BERT) and the tokenizer."""
+    import torch
     import transformers
 
     root = tmp_path_factory.mktemp("models")

@@ -10,8 +10,6 @@ from pathlib import Path
 import math
 import re
 
-import torch
-import transformers
 from typer.testing import CliRunner
 
 from layerprobe.cli import app
@@ -55,6 +53,9 @@ def independent_pruned(folder, head_cls, drop):
 
 def reference_metric(task, full, pruned, folder, tokens, seq_len, batch_size):
     """Hand-rolled ppl / kl / drift over the same packed batches, float64."""
+    import torch
+    import transformers
+
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     total, count = 0.0, 0
     for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):
@@ -93,6 +94,33 @@ def assert_error(result, needle: str) -> None:
     lines = [line for line in text.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, text
     assert needle in " ".join(lines[0].split()), text
+
+
+def read_records(folder: Path):
+    """A run's per-document records (samples.csv.gz), `removed` as text."""
+    import pandas as pd
+
+    return pd.read_csv(folder / "samples.csv.gz", dtype={"removed": str})
+
+
+def assert_shards_merge_to(records, tmp_path: Path, *args) -> Path:
+    """`layerprobe <args>` run as two shards (--shard 1/2 and 2/2) and merged: the merged run's per-document records
+    are `records` (the unsharded run's) exactly, order aside. Returns the merged folder for the caller's own checks."""
+    import pandas as pd
+
+    shards = []
+    for k in (1, 2):
+        shard = tmp_path / f"shard{k}"
+        result = invoke(*args, "--shard", f"{k}/2", "--out", str(shard))
+        assert result.exit_code == 0, result.output
+        shards.append(str(shard))
+    merged = tmp_path / "merged"
+    result = invoke("merge", *shards, "--out", str(merged))
+    assert result.exit_code == 0, result.output
+    key = ["removed", "doc_id"]
+    pd.testing.assert_frame_equal(read_records(merged).sort_values(key).reset_index(drop=True),
+                                  records.sort_values(key).reset_index(drop=True), check_exact=True)
+    return merged
 
 
 # ---- settings: another valid value for any declared setting (tests/test_settings.py, tests/unit) ----------
@@ -157,6 +185,8 @@ def snapshot(folder: Path) -> dict:
 def jitter_norms(model, seed=0):
     """Give every LayerNorm a non-trivial weight and bias (a seeded draw): at init (weight 1, bias 0) a Post-LN
     block's LayerNorm(x) equals its already-normalized input x, which would hide what the norm does."""
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
@@ -170,6 +200,8 @@ def zero_by_hand(model, arch, part, layers, how="branch"):
     """A fresh copy whose sub-layer forwards are replaced by hand-written lambdas. BERT (Post-LN, the residual and
     the norm inside the sub-layer module): how='branch' zeroes the dense projection the module adds to its input
     (LayerNorm(x + 0)); how='module' returns the module's residual input (x, the norm skipped too)."""
+    import torch
+
     blocks = {"gpt2": lambda m: m.transformer.h, "bert": lambda m: m.encoder.layer}.get(arch, lambda m: m.model.layers)(model)
     for index in layers:
         block = blocks[index]
@@ -191,6 +223,8 @@ def zero_by_hand(model, arch, part, layers, how="branch"):
 def hf_next_distances(model, tok, texts, seq_len: int, batch_size: int, tokens: int, layers: int) -> list[float]:
     """Reference d(x_l, x_l+1) for l < layers from HF's own hidden states (output_hidden_states: block inputs
     0..L-1), arccos of the float64 cosine over every real position, on the same packed batches layerprobe reads."""
+    import torch
+
     from layerprobe.data.packing import batches
 
     sums, count = [0.0] * layers, 0
@@ -228,6 +262,9 @@ def reload_without_layerprobe(folder, ids: list[int], cwd) -> dict:
 def reference_sequences(task, full, pruned, folder, tokens, seq_len, batch_size):
     """Hand-rolled per-sequence (sum over positions, positions) of ppl's negative log-likelihood or kl, float64, over
     the same packed batches as reference_metric."""
+    import torch
+    import transformers
+
     tok = transformers.AutoTokenizer.from_pretrained(folder)
     out = []
     for batch in batches(open_corpus("builtin").texts(), tok, seq_len, batch_size, tokens):

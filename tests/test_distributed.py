@@ -45,6 +45,8 @@ def test_two_processes_equal_one(positions, model_dirs, corpus_file, tmp_path):
     assert not any(p.name.startswith("dp-") for p in tmp_path.iterdir())  # one folder, written by rank 0 only
 
 
+@pytest.mark.extended  # twins: test_launcher_with_one_process_sets_up_the_group (the group and its collectives
+# with one process, in-process) and test_two_processes_equal_one (angular under torchrun equals a plain run)
 def test_one_launched_process_runs_the_collectives(model_dirs, corpus_file, tmp_path):
     """torchrun with one process sets up the process group (gloo here, NCCL on a GPU) and equals a plain run."""
     folder = model_dirs["llama"]

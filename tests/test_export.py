@@ -20,22 +20,27 @@ IDS = [[5, 17, 230, 41, 999, 12, 7, 88, 300, 2, 64, 9]]
 RELOAD = """
 import json, sys, torch, transformers
 assert "layerprobe" not in sys.modules
-folder, cls = sys.argv[1], sys.argv[2]
-model = getattr(transformers, cls).from_pretrained(folder).eval()
-with torch.no_grad():
-    out = model(input_ids=torch.tensor(json.loads(sys.argv[3])))
-value = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
-torch.save(value, sys.argv[4])
-print(json.dumps({"layers": model.config.num_hidden_layers, "layer_types": getattr(model.config, "layer_types", None),
-                  "modules": "layerprobe" in sys.modules}))
+for folder, cls, target in json.loads(sys.argv[1]):
+    model = getattr(transformers, cls).from_pretrained(folder).eval()
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(json.loads(sys.argv[2])))
+    value = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+    torch.save(value, target)
+    print(json.dumps({"layers": model.config.num_hidden_layers,
+                      "layer_types": getattr(model.config, "layer_types", None),
+                      "modules": "layerprobe" in sys.modules}))
 """
 
 
-def reload_in_fresh_process(folder, cls, tmp_path):
-    target = tmp_path / "out.pt"
-    done = subprocess.run([sys.executable, "-c", RELOAD, str(folder), cls, json.dumps(IDS), str(target)],
-                          capture_output=True, text=True, check=True)
-    return torch.load(target, weights_only=True), json.loads(done.stdout.strip().splitlines()[-1])
+def reload_in_fresh_process(jobs: list[tuple], tmp_path) -> list[tuple]:
+    """(logits, facts) of each (folder, transformers class name), loaded in one fresh process that never imports
+    layerprobe (one interpreter for all of them: its start-up is most of a reload's cost)."""
+    targets = [str(tmp_path / f"out-{i}.pt") for i in range(len(jobs))]
+    spec = json.dumps([[str(folder), cls, target] for (folder, cls), target in zip(jobs, targets)])
+    done = subprocess.run([sys.executable, "-c", RELOAD, spec, json.dumps(IDS)], capture_output=True, text=True,
+                          check=True)
+    facts = [json.loads(line) for line in done.stdout.strip().splitlines()[-len(jobs):]]
+    return [(torch.load(target, weights_only=True), fact) for target, fact in zip(targets, facts)]
 
 
 def gemma2_dir(tokenizer, root):
@@ -58,14 +63,29 @@ def kept_from_mergekit(text: str) -> list[int]:
     return kept
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma2", "gpt2", "bert"])
-def test_export_reloads_without_layerprobe(arch, model_dirs, tokenizer, tmp_path):
-    folder = gemma2_dir(tokenizer, tmp_path) if arch == "gemma2" else model_dirs[arch]
-    out = tmp_path / "exported"
-    result = invoke("export", str(folder), "--remove", "1-2", "--out", str(out), "--device", "cpu")
-    assert result.exit_code == 0, result.output
-    cls = "BertForMaskedLM" if arch == "bert" else transformers.AutoConfig.from_pretrained(folder).architectures[0]
-    got, facts = reload_in_fresh_process(out, cls, tmp_path)
+ARCHS = ["llama", "qwen2", "gemma2", "gpt2", "bert"]
+
+
+@pytest.fixture(scope="module")
+def exported(model_dirs, tokenizer, tmp_path_factory) -> dict:
+    """arch -> (source folder, exported folder, class name, logits and facts of the reload): each tiny model with
+    blocks 1-2 removed, all reloaded in one fresh process."""
+    root = tmp_path_factory.mktemp("export")
+    made = {}
+    for arch in ARCHS:
+        folder = gemma2_dir(tokenizer, root) if arch == "gemma2" else model_dirs[arch]
+        out = root / f"exported-{arch}"
+        result = invoke("export", str(folder), "--remove", "1-2", "--out", str(out), "--device", "cpu")
+        assert result.exit_code == 0, (arch, result.output)
+        cls = "BertForMaskedLM" if arch == "bert" else transformers.AutoConfig.from_pretrained(folder).architectures[0]
+        made[arch] = (folder, out, cls)
+    reloads = reload_in_fresh_process([(out, cls) for _, out, cls in made.values()], root)
+    return {arch: (*made[arch], *reload) for arch, reload in zip(made, reloads)}
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_export_reloads_without_layerprobe(arch, exported):
+    folder, out, cls, got, facts = exported[arch]
     assert facts["layers"] == 2 and facts["modules"] is False
     if arch == "gemma2":  # the kept layers 0 and 3 keep their own attention kinds
         assert facts["layer_types"] == ["sliding_attention", "full_attention"]
@@ -89,7 +109,7 @@ def test_export_attention_part_equals_hand_zeroed(model_dirs, tmp_path):
     result = invoke("export", str(folder), "--remove", "0,3", "--part", "attn", "--out", str(out),
                     "--device", "cpu")
     assert result.exit_code == 0, result.output
-    got, facts = reload_in_fresh_process(out, "LlamaForCausalLM", tmp_path)
+    ((got, facts),) = reload_in_fresh_process([(out, "LlamaForCausalLM")], tmp_path)
     assert facts["layers"] == 4
     hand = zero_by_hand(transformers.AutoModelForCausalLM.from_pretrained(folder).eval(), "llama", "attn", [0, 3])
     with torch.no_grad():
@@ -151,7 +171,7 @@ def test_export_post_ln_branch_equals_hand_zeroed(part, model_dirs, tmp_path):
     out = tmp_path / "no-sublayer"
     result = invoke("export", str(source), "--remove", "1", "--part", part, "--out", str(out))
     assert result.exit_code == 0, result.output
-    got, facts = reload_in_fresh_process(out, "BertForMaskedLM", tmp_path)
+    ((got, facts),) = reload_in_fresh_process([(out, "BertForMaskedLM")], tmp_path)
     assert json.loads((out / "layerprobe-removal.json").read_text())["sublayer"] == "branch"
     hand = transformers.BertForMaskedLM.from_pretrained(source).eval()
     zero_by_hand(hand.bert, "bert", part, [1], "branch")

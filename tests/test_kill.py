@@ -1,5 +1,6 @@
 """SIGKILL, not Ctrl-C: a run killed at several moments, then `--resume`, equals an uninterrupted run. The kill
-comes from outside (another process), when the run's own files show that the moment has come."""
+comes from outside (another process), when the run's own files show that the moment has come; the uninterrupted run
+and the resume run in this process (the CLI in-process: the same code, without a second interpreter's start-up)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import pytest
 
 from layerprobe.runs.folder import LOCK
 
+from .helpers import invoke
 from .test_prune_lmeval import task_dir  # noqa: F401  (a fixture)
 
-pytestmark = pytest.mark.slow  # each case starts three processes
+pytestmark = pytest.mark.slow  # each case starts a process and kills it
 
 
 def cli(*args) -> list[str]:
@@ -25,8 +27,8 @@ def cli(*args) -> list[str]:
 
 
 def run(args) -> None:
-    done = subprocess.run(cli(*args), capture_output=True, text=True, env={**os.environ, "CI": "1"})
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = invoke(*args)
+    assert done.exit_code == 0, done.output[-2000:]
 
 
 def kill_when(args, moment, timeout: float = 240.0) -> None:

@@ -14,12 +14,8 @@ import torch
 import transformers
 from scipy import stats
 
-from .helpers import independent_pruned, invoke
+from .helpers import assert_shards_merge_to, independent_pruned, invoke, read_records
 from .test_prune_lmeval import QUESTIONS, task_dir  # noqa: F401  (the module's task folder fixture)
-
-
-def read_records(folder):
-    return pd.read_csv(folder / "samples.csv.gz", dtype={"removed": str})
 
 
 def hand_choices(model, tok):
@@ -121,14 +117,5 @@ def test_taskfree_records_reproduce_the_table_and_survive_merge(model_dirs, corp
             table.loc[table["removed"].astype(str) == removed, "pruned"].iloc[0]
         assert ppl == pytest.approx(want, rel=1e-12)
     assert table["delta_stderr"].notna().all() and (table["delta_lo"] < table["delta"]).all()
-    shards = []
-    for k in (1, 2):
-        shard = tmp_path / f"shard{k}"
-        assert invoke("prune", *common, "--shard", f"{k}/2", "--out", str(shard)).exit_code == 0
-        shards.append(str(shard))
-    merged = tmp_path / "merged"
-    assert invoke("merge", *shards, "--out", str(merged)).exit_code == 0
-    key = ["removed", "doc_id"]
-    pd.testing.assert_frame_equal(read_records(merged).sort_values(key).reset_index(drop=True),
-                                  records.sort_values(key).reset_index(drop=True), check_exact=True)
+    merged = assert_shards_merge_to(records, tmp_path, "prune", *common)
     pd.testing.assert_frame_equal(pd.read_csv(merged / "prune.csv"), table, check_exact=True)

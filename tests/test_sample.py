@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from .helpers import assert_error, invoke
+from .helpers import assert_error, assert_shards_merge_to, invoke, read_records
 from .test_prune_lmeval import QUESTIONS, task_dir  # noqa: F401  (the module's task folder fixture)
 
 
@@ -19,10 +19,6 @@ def drawn(seed: int, n: int, task: str = "tiny_mc") -> list[int]:
     """The sample by hand: numpy's generator seeded with [seed, crc32(task)], n of the task's documents."""
     rng = np.random.default_rng([seed, zlib.crc32(task.encode("utf-8"))])
     return sorted(int(i) for i in rng.choice(len(QUESTIONS), size=n, replace=False))
-
-
-def records(folder):
-    return pd.read_csv(folder / "samples.csv.gz", dtype={"removed": str})
 
 
 def lm_eval_own(model_dir, task_dir, ids):  # noqa: F811
@@ -54,7 +50,7 @@ def test_sample_is_the_seeded_draw_lm_eval_scores(model_dirs, task_dir, tmp_path
     assert summary["sample"]["documents"] == {"tiny_mc": want}
     assert (summary["sample"]["n"], summary["sample"]["seed"]) == (7, 3) and summary["limit"] is None
     assert summary["splits"]["tiny_mc"]["scored"] == 7
-    mine = records(whole)
+    mine = read_records(whole)
     for removed, rows in mine.groupby("removed"):
         assert sorted(rows["doc_id"]) == want, removed
     # lm-eval, handed the recomputed sample, evaluates the same documents and gives the same choice loglikelihoods
@@ -66,16 +62,7 @@ def test_sample_is_the_seeded_draw_lm_eval_scores(model_dirs, task_dir, tmp_path
                                    atol=1e-4)
 
     # the shards of the sampled sweep, merged, are the sweep
-    shards = []
-    for k in (1, 2):
-        shard = tmp_path / f"shard{k}"
-        assert invoke(*common, "--shard", f"{k}/2", "--out", str(shard)).exit_code == 0
-        shards.append(str(shard))
-    merged = tmp_path / "merged"
-    assert invoke("merge", *shards, "--out", str(merged)).exit_code == 0
-    key = ["removed", "doc_id"]
-    pd.testing.assert_frame_equal(records(merged).sort_values(key).reset_index(drop=True),
-                                  mine.sort_values(key).reset_index(drop=True), check_exact=True)
+    merged = assert_shards_merge_to(mine, tmp_path, *common)
     assert json.loads((merged / "summary.json").read_text())["sample"] == summary["sample"]
 
 
@@ -100,7 +87,7 @@ def test_sample_survives_an_interrupted_resume(model_dirs, task_dir, tmp_path): 
     resumed = run_prune(config(tmp_path / "cut", resume=True))
     assert resumed.summary["sample"]["documents"] == {"tiny_mc": drawn(11, 6)}
     key = ["removed", "doc_id"]
-    a, b = records(whole.folder), records(resumed.folder)
+    a, b = read_records(whole.folder), read_records(resumed.folder)
     pd.testing.assert_frame_equal(a.sort_values(key).reset_index(drop=True), b.sort_values(key).reset_index(drop=True),
                                   check_exact=True)
 

@@ -21,12 +21,8 @@ from typing import Any, Callable
 
 from layerprobe.commands import DEMO
 from layerprobe.commands.angular import COMMAND as ANGULAR
-from layerprobe.commands.angular.run import run_angular
 from layerprobe.commands.gradnorm import COMMAND as GRADNORM
-from layerprobe.commands.gradnorm.run import run_gradnorm
 from layerprobe.commands.prune import CURVE_COMMAND, PRUNE_COMMAND
-from layerprobe.commands.prune.curve import run_curve
-from layerprobe.commands.prune.run import run_prune
 from layerprobe.config import (DEMO_OUT, DEMO_REFERENCE, AngularConfig, CurveSettings, DataOptions, GradnormConfig,
                                ModelOptions, PruneConfig)
 from layerprobe.errors import ConfigError, RunError, check_path
@@ -37,6 +33,7 @@ from layerprobe.runs.folder import (LOCK, abandons_on_error, check_owned, prepar
 from layerprobe.runs.manifest import build_manifest, start_time
 from layerprobe.runs.read import load_run
 from layerprobe.runs.resume import resume_state
+from layerprobe.runs.kinds import resolve_ref
 from layerprobe.runs.write import RunResult
 
 # Token counts of the reference demo and its quick twin. The quick twin keeps the layer counts, sequence shapes
@@ -72,7 +69,7 @@ class Step:
     name: str  # the progress label, "angular (MiniLM)"
     command: Any  # its run folder's record (commands.Command): angular, prune, curve or gradnorm
     config: Any
-    runner: Callable[..., Any]
+    runner: str | Callable[..., Any]  # its command's library run ('module:function', imported when the step runs)
     size_key: str
 
 
@@ -90,8 +87,8 @@ def _minilm(folder: Path, size: dict) -> list[Step]:
                             overwrite=True, lens_tokens=512)  # no LM head, no lens: the value the reference records
     prune = PruneConfig(task="drift", model=_model("minilm"), data=_data(size["prune_tokens"]), angular=angular.out,
                         out=str(folder / "prune-drift"), overwrite=True)
-    return [Step("angular (MiniLM)", ANGULAR, angular, run_angular, "angular_tokens"),
-            Step("prune drift (MiniLM)", PRUNE_COMMAND, prune, run_prune, "prune_tokens")]
+    return [Step("angular (MiniLM)", ANGULAR, angular, ANGULAR.run, "angular_tokens"),
+            Step("prune drift (MiniLM)", PRUNE_COMMAND, prune, PRUNE_COMMAND.run, "prune_tokens")]
 
 
 def _smollm2(folder: Path, size: dict) -> list[Step]:
@@ -101,18 +98,18 @@ def _smollm2(folder: Path, size: dict) -> list[Step]:
     angular = AngularConfig(model=model, data=_data(size["smollm2_angular_tokens"]),
                             out=str(folder / "smollm2-angular"), overwrite=True,
                             lens_tokens=size["lens_tokens"])  # SmolLM2's head 31 times per position
-    steps = [Step("angular (SmolLM2)", ANGULAR, angular, run_angular, "smollm2_angular_tokens")]
+    steps = [Step("angular (SmolLM2)", ANGULAR, angular, ANGULAR.run, "smollm2_angular_tokens")]
     data = _data(size["smollm2_prune_tokens"], SMOLLM2_BATCH)
     for task in ("kl", "ppl"):
         steps.append(Step(f"prune {task} (SmolLM2)", PRUNE_COMMAND,
                           PruneConfig(task=task, model=model, data=data, angular=angular.out,
                                       out=str(folder / f"smollm2-prune-{task}"), overwrite=True),
-                          run_prune, "smollm2_prune_tokens"))
+                          PRUNE_COMMAND.run, "smollm2_prune_tokens"))
     curve = CurveSettings(strategies=("angular", "bi", "last"), max_removed=CURVE_MAX_REMOVED, keep=CURVE_KEEP)
     steps.append(Step("curve kl (SmolLM2)", CURVE_COMMAND,
                       PruneConfig(task="kl", model=model, data=data, curve=curve, angular=angular.out,
                                   out=str(folder / "smollm2-curve-kl"), overwrite=True),
-                      run_curve, "smollm2_prune_tokens"))
+                      CURVE_COMMAND.run, "smollm2_prune_tokens"))
     return steps
 
 
@@ -123,8 +120,8 @@ def _gemma3(folder: Path, size: dict) -> list[Step]:
                             overwrite=True, lens_tokens=size["gemma3_lens_tokens"])
     prune = PruneConfig(task="kl", model=model, data=_data(size["gemma3_prune_tokens"], SMOLLM2_BATCH),
                         angular=angular.out, out=str(folder / "gemma3-prune-kl"), overwrite=True)
-    return [Step("angular (Gemma 3)", ANGULAR, angular, run_angular, "gemma3_angular_tokens"),
-            Step("prune kl (Gemma 3)", PRUNE_COMMAND, prune, run_prune, "gemma3_prune_tokens")]
+    return [Step("angular (Gemma 3)", ANGULAR, angular, ANGULAR.run, "gemma3_angular_tokens"),
+            Step("prune kl (Gemma 3)", PRUNE_COMMAND, prune, PRUNE_COMMAND.run, "gemma3_prune_tokens")]
 
 
 def _gradnorm(folder: Path, size: dict) -> list[Step]:
@@ -133,7 +130,7 @@ def _gradnorm(folder: Path, size: dict) -> list[Step]:
                             dtype="float32", data=DataOptions("builtin", tokens=0, seq_len=GRAD_SEQ,
                                                               batch_size=GRAD_BATCH),
                             out=str(folder / "gradnorm"), overwrite=True)
-    return [Step(f"gradnorm ({size['arch']})", GRADNORM, config, run_gradnorm, "seeds")]
+    return [Step(f"gradnorm ({size['arch']})", GRADNORM, config, GRADNORM.run, "seeds")]
 
 
 def demo_steps(folder: Path, quick: bool) -> list[Step]:
@@ -193,13 +190,13 @@ def _run_step(step: Step, resume: bool, progress: Callable[[], Progress]) -> tup
     runs (a kept one moves no bar)."""
     folder = Path(step.config.out)
     if not resume:
-        return step.runner(step.config, progress()), False
+        return resolve_ref(step.runner)(step.config, progress()), False
     state = resume_state(folder, step.command, step.config)
     if state == "finished":
         load_run(folder)  # every table whole and readable, or a RunError naming what is wrong
         return RunResult(folder), True
     config = dataclasses.replace(step.config, overwrite=False, resume=state == "unfinished")
-    return step.runner(config, progress()), False
+    return resolve_ref(step.runner)(config, progress()), False
 
 
 @abandons_on_error

@@ -11,7 +11,7 @@ import pytest
 
 from layerprobe.commands import COMMANDS
 from layerprobe.errors import ConfigError
-from layerprobe.settings import check_call, flag_of, identity, mark_of, resolve, walk
+from layerprobe.settings import check_call, flag_of, held_by, identity, mark_of, resolve, walk
 
 CASES = [(name, cls, path, f) for name, cls in {c.name: c.settings for c in COMMANDS.values() if c.settings}.items()
          for path, f, _ in walk(cls) if mark_of(f) is not None and mark_of(f).applies]
@@ -58,8 +58,8 @@ def idle_setting(cls: type, rule: tuple) -> dict:
         return nested(rule[0], fields[rule[0]].default) if "." in rule[0] else {}
     if rule[1] == "not":
         return nested(rule[0], rule[2][0])
-    if rule[1] == "has":  # a list without the value it needs
-        return nested(rule[0], (next(c for c in mark_of(fields[rule[0]]).choices if c != rule[2]),))
+    if rule[1] == "has":  # a list without the value (or any of the values) it needs
+        return nested(rule[0], (next(c for c in mark_of(fields[rule[0]]).choices if c not in held_by(rule)),))
     idle = next(c for c in mark_of(fields[rule[0]]).choices if c not in rule[1])
     return nested(rule[0], idle)
 
@@ -102,7 +102,7 @@ def test_from_a_project_file_or_where_it_applies_it_is_taken(name, cls, path, f)
         config, sources = resolve(cls, idle_setting(cls, rule), project={f.name: other_value(f)})
         assert sources[path].startswith("[tool.layerprobe]")
     if rule[1] == "has":
-        resolve(cls, merge(nested(rule[0], (rule[2],)), nested(path, other_value(f))))
+        resolve(cls, merge(nested(rule[0], (held_by(rule)[0],)), nested(path, other_value(f))))
     elif rule[1] not in ("nonzero", "not"):
         resolve(cls, merge(nested(rule[0], rule[1][0]), nested(path, other_value(f))))
 

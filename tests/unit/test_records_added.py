@@ -112,3 +112,24 @@ def test_the_added_strategy_is_a_choice_picks_and_is_drawn(added):
     line = next(line for line in figure.axes[0].get_lines() if line.get_label() == "front: first n layers")
     assert line.get_color() == "#8e44ad" and line.get_marker() == "D"  # its record's colour and marker
 
+
+def test_a_rescoring_strategy_takes_the_greedy_options_by_its_record(added):
+    """--greedy-metric and --greedy-ends apply where a chosen strategy's record rescores, whatever its name: the
+    dummy's strategy, re-registered with rescores=True, takes them alone; as it is (rescores=False) it refuses them."""
+    import dataclasses
+
+    from layerprobe.config import PruneConfig
+    from layerprobe.settings import resolve
+    from layerprobe.strategies import STRATEGIES, register_strategy
+
+    given = {"task": "kl", "curve": {"strategies": ("front",), "greedy_metric": "ppl", "greedy_ends": "allow"}}
+    with pytest.raises(ConfigError, match="--greedy-metric ppl does nothing with --strategies front: it applies only "
+                                          "where --strategies is greedy"):
+        resolve(PruneConfig, given)
+    _, strategy = added
+    STRATEGIES.pop(strategy.name)
+    register_strategy(dataclasses.replace(strategy, rescores=True))
+    config, _ = resolve(PruneConfig, given)
+    assert (config.curve.greedy_metric, config.curve.greedy_ends) == ("ppl", "allow")
+    with pytest.raises(ConfigError, match="applies only where --strategies is greedy or front"):
+        resolve(PruneConfig, {"task": "kl", "curve": {"strategies": ("last",), "greedy_ends": "allow"}})
