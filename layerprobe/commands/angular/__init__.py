@@ -10,10 +10,10 @@ from layerprobe.runs.keys import CORPUS, INTEGER, LIST, MODEL, NUMBER, RUN, TEXT
 from layerprobe.runs.kinds import Kind, Tolerance
 
 ANGULAR = (  # angular.csv: one row per block of n layers starting at l
-    Column("layer", "l, the first block", key=True),
-    Column("n", "blocks spanned", key=True),
+    Column("layer", "l, the first block", key=True, whole=True),
+    Column("n", "blocks spanned", key=True, whole=True),
     Column("distance", "d(x_l, x_l+n) = arccos(cos)/pi, mean over positions", "[0, 1]", always=True),
-    Column("tokens", "positions measured", "positions"),
+    Column("tokens", "positions measured", "positions", whole=True),
 )
 SUMMARY = RUN + MODEL + CORPUS + (
     Key("batch_size", INTEGER, "sequences per forward"),
