@@ -256,6 +256,17 @@ def clear_replaced(folder: Path, files: set[str]) -> None:
             parent = parent.parent
 
 
+def _replaced(folder: Path, command: str | None) -> set[str] | None:
+    """What --overwrite removes: every file the replaced run lists (manifest.json's "files", or its lock's). A
+    finished run of an older layerprobe lists none: check_owned took the whole folder as `command`'s run (a manifest
+    its summary agrees with), so every file in it is that run's and goes, and nothing of it is left for the new
+    run's manifest to list as its own (a curve's angular/ was). None: nothing (no record, or an older caller)."""
+    made, files = written_by(folder)
+    if files is not None or command is None or made != command or (folder / LOCK).is_file():
+        return files  # an older lock names neither files nor command: what the folder holds is not known to be ours
+    return set(run_files(folder))
+
+
 def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
     """A file layerprobe writes at a path the user chose (report.html, compare --out): one already there is replaced
     only when it is layerprobe's (is_ours(its first 4 kB of text): the signature each writer puts in, or named by the
@@ -499,7 +510,7 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                 path = _redirect(out)
             if command is not None and (overwrite or resume):
                 check_owned(path, command, "--resume" if resume else "--overwrite")
-            replaced = written_by(path)[1] if overwrite and not resume and path.is_dir() else None
+            replaced = _replaced(path, command) if overwrite and not resume and path.is_dir() else None
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path, command, run_files(path)):

@@ -6,7 +6,8 @@ records (tests/data/demo) copied and damaged by hand; no model is loaded.
 - a curve's own check (its record's Kind.check, run by load_run for every reader) names the damage, file, row and
   column, before export or heal --from-curve names a strategy;
 - compare's note names what a setting came to (Mark.recorded: the seq_len used), not only what was asked;
-- toy --overwrite of another command's run is refused before anything is measured.
+- toy --overwrite of another command's run is refused before anything is measured;
+- --overwrite of an older run (no file list) leaves nothing of it for the new manifest to list (its angular/ was).
 """
 
 from __future__ import annotations
@@ -117,3 +118,23 @@ def test_toy_overwrite_of_another_commands_run_is_refused_before_measuring(tmp_p
         run_toy(ToyConfig(depth=2, width=2, samples=2, out=str(gradnorm), overwrite=True),
                 lambda *args: measured.append(args))
     assert measured == [] and sorted(p.name for p in gradnorm.iterdir()) == before
+
+
+def test_overwrite_of_an_older_run_leaves_nothing_of_it_for_the_new_manifest(tmp_path):
+    """A finished run of an older layerprobe (its manifest lists no files, as every committed reports/ run) replaced
+    with --overwrite: all of it goes before the new run writes, its curve's angular/ too, so the new manifest (every
+    file in the folder when it finishes) lists only what the new run wrote. A folder whose record does not agree is
+    refused, nothing removed (tests/test_folder_ownership.py)."""
+    from layerprobe.commands.prune import CURVE_COMMAND
+    from layerprobe.runs.folder import prepare_run_dir, release_run_dir, run_files
+
+    old = tmp_path / "curve"
+    shutil.copytree(DEMO_REFERENCE / "smollm2-curve-kl", old)
+    shutil.copytree(DEMO_REFERENCE / "angular", old / "angular")  # the angular run it measured for itself
+    assert "files" not in json.loads((old / "manifest.json").read_text())
+    folder = prepare_run_dir(old, overwrite=True, command=CURVE_COMMAND)
+    try:
+        assert run_files(folder) == [] and not (folder / "angular").exists()
+        assert (folder / LOCK).read_text().splitlines()[1:] == ["command curve"]  # it names nothing of the old run
+    finally:
+        release_run_dir(folder)
