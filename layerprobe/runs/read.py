@@ -112,7 +112,7 @@ def check_whole(csv: Path, table: Any, columns: Any) -> None:
             | (empty & (not column.optional))
         if bad.any():
             row = _first_row(bad)
-            shown = "empty (or NaN)" if empty.iloc[row - 1] else f"{table[column.name].iloc[row - 1]!r}"
+            shown = "empty (or NaN)" if empty.iloc[row - 1] else f"'{table[column.name].iloc[row - 1]}'"
             raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where a whole number >= 0 ({column.meaning}) "
                            "belongs: re-run the command, or restore the file.")
 

@@ -138,3 +138,39 @@ def test_overwrite_of_an_older_run_leaves_nothing_of_it_for_the_new_manifest(tmp
         assert (folder / LOCK).read_text().splitlines()[1:] == ["command curve"]  # it names nothing of the old run
     finally:
         release_run_dir(folder)
+
+
+@pytest.mark.parametrize("damage, named", [
+    ("index", "angular.csv' row 1, columns layer, n: layer 99, n 1 is outside the 6 blocks summary.json records"),
+    ("cut", "layers.csv' lacks the row of layer 3 (3 of the 7 rows of 6 blocks)"),
+])
+def test_an_angular_grid_out_of_range_or_cut_is_named(damage, named, tmp_path):
+    """The angular record's check: an edited index or a layers.csv cut at a row boundary reads as a table; report
+    drew it and compare passed it (exit 0) before."""
+    from layerprobe.runs.compare import compare_folders
+    from layerprobe.runs.read import load_run
+
+    run = tmp_path / "angular"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    if damage == "index":
+        table = run / "angular.csv"
+        lines = table.read_text().splitlines(keepends=True)
+        table.write_text(lines[0] + "99" + lines[1][lines[1].index(","):] + "".join(lines[2:]))
+    else:
+        table = run / "layers.csv"
+        table.write_text("".join(table.read_text().splitlines(keepends=True)[:4]))
+    for read in (lambda: load_run(run), lambda: compare_folders(str(DEMO_REFERENCE / "angular"), str(run))):
+        with pytest.raises(RunError, match=named.replace("(", r"\(").replace(")", r"\)")):
+            read()
+
+
+def test_export_out_of_its_from_curve_run_is_refused_as_an_input(curve):
+    """export --from-curve RUN --out RUN said 'exists and is not empty ... --overwrite': the out is an input, said
+    first, as for every command (issue 47, rule 2)."""
+    from layerprobe.commands.export import run_export
+    from layerprobe.config import ExportConfig, ModelOptions
+
+    for out in (curve, curve / "exported"):
+        with pytest.raises(RunError, match="the --from-curve run"):
+            run_export(ExportConfig(model=ModelOptions(None), from_curve=str(curve), out=str(out)))
+    assert not (curve / "exported").exists()
