@@ -256,15 +256,18 @@ def clear_replaced(folder: Path, files: set[str]) -> None:
             parent = parent.parent
 
 
-def _replaced(folder: Path, command: str | None) -> set[str] | None:
-    """What --overwrite removes: every file the replaced run lists (manifest.json's "files", or its lock's). A
-    finished run of an older layerprobe lists none: check_owned took the whole folder as `command`'s run (a manifest
-    its summary agrees with), so every file in it is that run's and goes, and nothing of it is left for the new
-    run's manifest to list as its own (a curve's angular/ was). None: nothing (no record, or an older caller)."""
+def _replaced(folder: Path, command: Any) -> set[str] | None:
+    """What --overwrite removes: every file the replaced run lists (manifest.json's "files", or its lock's), and only
+    those. A finished run of an older layerprobe lists none: its files cannot be told from ones added since, so it is
+    refused rather than removed whole (a user's file would go) or written over (its leftovers, a curve's angular/,
+    would be listed in the new manifest as the new run's). None: nothing to remove (no record)."""
     made, files = written_by(folder)
-    if files is not None or command is None or made != command or (folder / LOCK).is_file():
-        return files  # an older lock names neither files nor command: what the folder holds is not known to be ours
-    return set(run_files(folder))
+    name = name_of(command)
+    if files is None and name is not None and made == name and not (folder / LOCK).is_file() and run_files(folder):
+        raise RunError(f"--overwrite: '{folder}' is {article(name)} {name} run of an older layerprobe whose "
+                       "manifest.json does not list its files, so they cannot be told from files added since: "
+                       "remove the folder yourself (or move what you keep out of it), or pass another --out.")
+    return files
 
 
 def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
