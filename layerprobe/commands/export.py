@@ -27,7 +27,8 @@ from layerprobe.progress import Progress, notice, silent
 from layerprobe.removal import (CONVENTION, REMOVAL_FILE, check_weights, from_curve, output, parse_remove,
                                 recorded_weights, removal_record, verify_reload)
 from layerprobe.files import publishing
-from layerprobe.runs.folder import abandons_on_error, atomic_write_text, claimed, enclosing_run, run_files
+from layerprobe.runs.folder import (abandons_on_error, atomic_write_text, check_out_apart, claimed, enclosing_run,
+                                    run_files)
 from layerprobe.settings import takes
 from layerprobe.commands.export_gguf import (GGUF_NAME, check_converted_file, check_gguf_request, guard_gguf_file,
                                             write_converted, write_gguf)
@@ -124,6 +125,7 @@ def run_export(config: ExportConfig, progress: Progress = silent) -> dict:
         raise ConfigError("--from-curve chooses the layers and the part: drop --remove and --part, or drop "
                           "--from-curve.")
     if config.from_curve:
+        check_out_apart(config.out, {"the --from-curve run": config.from_curve})  # as every command (rule 2)
         curve_model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
         spec = spec or curve_model
     if not remove:

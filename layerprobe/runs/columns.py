@@ -27,16 +27,18 @@ class Column:
     key: bool = False  # part of what identifies a row: never twice in one file (runs/read.py checks)
     number: bool = True  # holds numbers (NaN allowed unless `always`); read-back refuses text there
     always: bool = False  # a number always measured: NaN there makes a run unreadable for report and --angular
+    whole: bool = False  # a count or an index (layer, k, tokens, step): a finite whole number >= 0 in every row (or,
+    # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
 
 
 LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the input of block l (the last row: the
     # last block's output); kinds and routing describe block l itself
-    Column("layer", "l, 0-based; the last row is the last block's output", key=True),
+    Column("layer", "l, 0-based; the last row is the last block's output", key=True, whole=True),
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2", label=""),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi, mean over positions", "[0, 1]", label="d(l, 1)"),
     Column("cos_input", "mean cosine of x_l with x_0", "[-1, 1]"),
-    Column("tokens", "positions measured", "positions", label=""),
+    Column("tokens", "positions measured", "positions", label="", whole=True),
     Column("effective_rank", "exp(entropy of the normalized singular values) of x_l on up to 2,048 positions",
            "dimensions", optional=True),
     Column("block_influence", "ShortGPT's Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]",
@@ -51,8 +53,9 @@ LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the i
            label="load", optional=True),
 )
 MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step, x_l)
-    Column("step", "optimizer steps taken when measured (the step training started from: no gradient yet)", key=True),
-    Column("layer", "l, 0-based; the last row is the last block's output", key=True),
+    Column("step", "optimizer steps taken when measured (the step training started from: no gradient yet)", key=True,
+           whole=True),
+    Column("layer", "l, 0-based; the last row is the last block's output", key=True, whole=True),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi on the probe batches, mean over positions", "[0, 1]",
            label="d(l, 1)"),
     Column("block_influence", "Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]", label="BI"),
@@ -61,7 +64,7 @@ MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step
     Column("grad_norm", "L2 norm of block l's parameter gradients from that step's own backward, as the optimizer "
            "takes them (after the Trainer's clipping); empty at the start step and in the last row", optional=True,
            label="grad norm"),
-    Column("tokens", "probe positions measured", "positions", label=""),
+    Column("tokens", "probe positions measured", "positions", label="", whole=True),
 )
 
 

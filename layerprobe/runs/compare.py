@@ -135,8 +135,10 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
 
 def settings_changed(old: Run, new: Run) -> list[str]:
     """'name a -> b' for each setting marked as changing the numbers (settings.identity) whose value differs between
-    the two runs' manifests, and each resolved fact (tokens, seq_len, dtype, device) that differs."""
-    from layerprobe.settings import identity, where_paths
+    the two runs' manifests, and each resolved fact (tokens, seq_len, dtype, device) that differs. A setting whose
+    run records what it came to (Mark.recorded: the seq_len used after the model's cap) is named by that, with what
+    was asked beside it where they differ; one asked differently that came to the same is no change."""
+    from layerprobe.settings import identity, mark_of, walk, where_paths
 
     settings = old.kind.config_class  # the class the manifests' config is (runs/kinds.py)
     changed = []
@@ -144,8 +146,17 @@ def settings_changed(old: Run, new: Run) -> list[str]:
     if settings is not None and isinstance(a, dict) and isinstance(b, dict):
         first, second = identity(settings, a), identity(settings, b)
         where = where_paths(settings)  # where the inputs were read, not what was measured
-        changed += [f"{key} {first[key]} -> {second.get(key)}" for key in first
-                    if key not in where and first[key] != second.get(key)]
+        recorded = {path: mark_of(f).recorded for path, f, _ in walk(settings)
+                    if mark_of(f) is not None and mark_of(f).recorded}
+        for key in first:
+            if key in where or first[key] == second.get(key):
+                continue
+            used = recorded.get(key)
+            x, y = (old.summary.get(used), new.summary.get(used)) if used else (None, None)
+            if x is None or y is None:
+                changed.append(f"{key} {first[key]} -> {second.get(key)}")
+            elif x != y:
+                changed.append(f"{key} {x} -> {y} (asked {first[key]} -> {second.get(key)})")
     for key in ("tokens", "seq_len", "dtype", "device"):
         x, y = old.summary.get(key), new.summary.get(key)
         if x is not None and y is not None and x != y and not any(c.split(" ")[0].endswith(key) for c in changed):

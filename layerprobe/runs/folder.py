@@ -256,6 +256,20 @@ def clear_replaced(folder: Path, files: set[str]) -> None:
             parent = parent.parent
 
 
+def _replaced(folder: Path, command: Any) -> set[str] | None:
+    """What --overwrite removes: every file the replaced run lists (manifest.json's "files", or its lock's), and only
+    those. A finished run of an older layerprobe lists none: its files cannot be told from ones added since, so it is
+    refused rather than removed whole (a user's file would go) or written over (its leftovers, a curve's angular/,
+    would be listed in the new manifest as the new run's). None: nothing to remove (no record)."""
+    made, files = written_by(folder)
+    name = name_of(command)
+    if files is None and name is not None and made == name and not (folder / LOCK).is_file() and run_files(folder):
+        raise RunError(f"--overwrite: '{folder}' is {article(name)} {name} run of an older layerprobe whose "
+                       "manifest.json does not list its files, so they cannot be told from files added since: "
+                       "remove the folder yourself (or move what you keep out of it), or pass another --out.")
+    return files
+
+
 def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, overwrite: bool = False) -> None:
     """A file layerprobe writes at a path the user chose (report.html, compare --out): one already there is replaced
     only when it is layerprobe's (is_ours(its first 4 kB of text): the signature each writer puts in, or named by the
@@ -499,7 +513,7 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                 path = _redirect(out)
             if command is not None and (overwrite or resume):
                 check_owned(path, command, "--resume" if resume else "--overwrite")
-            replaced = written_by(path)[1] if overwrite and not resume and path.is_dir() else None
+            replaced = _replaced(path, command) if overwrite and not resume and path.is_dir() else None
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path, command, run_files(path)):

@@ -50,6 +50,11 @@ class Kind:
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
     tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
     reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
+    words: str | None = None  # how the CLI runs it, where that is not `layerprobe <name>` ('prune --curve'): what an
+    # unfinished run's message tells to run with --resume
+    check: str | Callable | None = None  # (run) -> None: what its tables and summary must agree on beyond their
+    # columns (a curve.csv with the rows of every strategy its summary lists), a RunError naming the damage; load_run
+    # calls it, so every reader (report, compare, export --from-curve) refuses the run alike
 
     @property
     def facts(self) -> tuple[tuple[str, str], ...]:

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from layerprobe.errors import RunError, check_path, first_line
+from layerprobe.errors import RunError, article, check_path, first_line
 from layerprobe.runs.columns import TABLES
-from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json
+from layerprobe.runs.folder import LOCK, later_runs, model_label, read_json, written_by
 from layerprobe.runs.kinds import KINDS, Kind
 from layerprobe.runs.schema import check_read_summary
 
@@ -97,6 +97,26 @@ def check_numbers(csv: Path, table: Any, columns: Any) -> None:
                            "re-run the command, or restore the file.")
 
 
+def check_whole(csv: Path, table: Any, columns: Any) -> None:
+    """Each count or index column (Column.whole) the table has holds a finite whole number >= 0 in every row (an
+    optional one may be empty): else one line naming the row and column, never a NaN layer or a 1.5 k read on."""
+    import numpy as np
+    import pandas as pd
+
+    for column in columns:
+        if column.name not in table.columns:
+            continue
+        values = pd.to_numeric(table[column.name], errors="coerce").astype(float)  # check_numbers refused text
+        empty = values.isna()
+        bad = (~empty & (~np.isfinite(values) | (values != np.round(values)) | (values < 0))) \
+            | (empty & (not column.optional))
+        if bad.any():
+            row = _first_row(bad)
+            shown = "empty (or NaN)" if empty.iloc[row - 1] else f"'{table[column.name].iloc[row - 1]}'"
+            raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where a whole number >= 0 ({column.meaning}) "
+                           "belongs: re-run the command, or restore the file.")
+
+
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
     cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows and the
@@ -119,6 +139,7 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     import pandas as pd
 
     check_numbers(csv, table, _columns(csv.name, "number"))
+    check_whole(csv, table, [c for c in TABLES[csv.name].columns if c.whole] if csv.name in TABLES else [])
     keys = [k for k in _columns(csv.name, "key") if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
         twice = table.duplicated(subset=keys)
@@ -148,8 +169,7 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
     if not path.is_dir():
         raise RunError(f"Run folder '{folder}' does not exist: pass a run folder written by layerprobe.")
     if (path / LOCK).exists():
-        raise RunError(f"'{folder}' is an unfinished run (its {LOCK} is there: a run is writing it, or was killed): "
-                       f"finish it with the same command and --resume, or run it again{_see_later(path)}.")
+        raise RunError(unfinished_run(path, folder))
     if not is_run(path):
         raise RunError(f"'{folder}' is not a layerprobe run folder (no summary.json and manifest.json): "
                        "pass the folder a command wrote, e.g. reports/<model>/angular.")
@@ -168,7 +188,29 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
                 raise RunError(f"Run '{folder}' is incomplete: {name} is missing. Re-run the command (or --resume).")
             continue
         tables[csv.stem] = read_table(csv, finite)
-    return Run(path, command, summary, manifest, tables)
+    run = Run(path, command, summary, manifest, tables)
+    if KINDS[command].check is not None:
+        KINDS[command].function("check")(run)
+    return run
+
+
+def unfinished_run(path: Path, shown: Any = None) -> str:
+    """Why an unfinished run folder (its lock is there) cannot be read, and the command that finishes it: its lock
+    names the command (a curve's `prune --curve`), whose --resume continues it where it has one."""
+    command, shown = written_by(path)[0], shown or path
+    kind = KINDS.get(command) if command else None
+    words = (kind.words or kind.name) if kind is not None else command
+    settings = kind.config_class if kind is not None else None
+    if not words:
+        finish = "finish it with the same command and --resume, or run it again"
+    elif settings is None or "resume" in getattr(settings, "__dataclass_fields__", {}):
+        finish = (f"finish it with `layerprobe {words} ... --out {shown} --resume` (the options it was started with), "
+                  "or run it again")
+    else:
+        finish = f"run it again (`layerprobe {words} ... --out {shown} --overwrite`)"
+    who = f"{article(words)} {words}" if words else "a"
+    return (f"'{shown}' is an unfinished run (its {LOCK} is there: {who} run is writing it, or was killed): "
+            f"{finish}{_see_later(path)}.")
 
 
 def _see_later(folder: Path) -> str:
@@ -192,6 +234,8 @@ def find_runs(folder: str | Path, finite: bool = True, skipped: list | None = No
         raise RunError(f"Run folder '{folder}' does not exist: pass a folder written by layerprobe.")
     if is_run(path):
         return {"": load_run(path, finite)}
+    if (path / LOCK).exists() and skipped is None:  # one unfinished run: the finished runs inside it (a curve's
+        raise RunError(unfinished_run(path, folder))    # angular/) are its parts, never runs of their own to compare
     found = {}
     for p in sorted(path.rglob("summary.json")):
         try:

@@ -10,10 +10,10 @@ from layerprobe.runs.keys import CORPUS, INTEGER, LIST, MODEL, NUMBER, RUN, TEXT
 from layerprobe.runs.kinds import Kind, Tolerance
 
 ANGULAR = (  # angular.csv: one row per block of n layers starting at l
-    Column("layer", "l, the first block", key=True),
-    Column("n", "blocks spanned", key=True),
+    Column("layer", "l, the first block", key=True, whole=True),
+    Column("n", "blocks spanned", key=True, whole=True),
     Column("distance", "d(x_l, x_l+n) = arccos(cos)/pi, mean over positions", "[0, 1]", always=True),
-    Column("tokens", "positions measured", "positions"),
+    Column("tokens", "positions measured", "positions", whole=True),
 )
 SUMMARY = RUN + MODEL + CORPUS + (
     Key("batch_size", INTEGER, "sequences per forward"),
@@ -32,7 +32,7 @@ KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.p
             (("normalization", "placement"), ("dataset", "dataset"), ("tokens", "tokens"), ("positions", "positions")),
             READ + "angular_findings", READ + "angular_table", READ + "compare_angular",
             overlay=READ + "angular_by_depth", config_class=AngularConfig, shared_plots=READ + "shared_heatmaps",
-            overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"),
+            overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"), check=READ + "whole_grid",
             tolerances=(Tolerance("angular", 0.02, "absolute change of any d(l, n); monitor runs: of each d(l, 1) at "
                                   "each measured step"),))
 COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",

@@ -30,6 +30,31 @@ PLACEMENT_WORDS = {"pre": "Pre-LN (a norm before each sub-layer)", "post": "Post
                    "mix": "Mix-LN (Post-LN blocks first, then Pre-LN)", "unknown": "not recognized"}
 
 
+def whole_grid(run: Run) -> None:
+    """The angular record's check (load_run runs it for every reader): angular.csv holds each (l, n) of the
+    summary's num_layers blocks once, l + n <= num_layers, and layers.csv each x_l, l = 0..num_layers; a row out
+    of range (an edited index) or a grid cut at a row boundary is named, file and row, never drawn as it is."""
+    layers = run.summary.get("num_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool):
+        return  # the summary's own check names it (load_run, check_read_summary)
+    for file, table, keys, want in (
+            ("angular.csv", run.tables["angular"], ("layer", "n"),
+             {(l, n) for n in range(1, layers + 1) for l in range(layers - n + 1)}),
+            ("layers.csv", run.tables["layers"], ("layer",), {(l,) for l in range(layers + 1)})):
+        rows = [tuple(int(v) for v in row) for row in table[list(keys)].itertuples(index=False)]
+        extra = next((i for i, row in enumerate(rows, 1) if row not in want), None)
+        if extra is not None:
+            where = ", ".join(f"{k} {v}" for k, v in zip(keys, rows[extra - 1]))
+            raise RunError(f"'{run.folder / file}' row {extra}, columns {', '.join(keys)}: {where} is outside the "
+                           f"{layers} blocks summary.json records: re-run the command, or restore the file.")
+        if len(rows) < len(want):
+            missing = min(want - set(rows))
+            named = ", ".join(f"{k} {v}" for k, v in zip(keys, missing))
+            raise RunError(f"'{run.folder / file}' lacks the row of {named} ({len(rows)} of the {len(want)} rows of "
+                           f"{layers} blocks): cut off by a copy or a full disk; re-run the command, or restore the "
+                           "file.")
+
+
 def angular_findings(run: Run) -> list[str]:
     table = run.tables["angular"]
     one = table[table["n"] == 1].sort_values("layer")

@@ -12,7 +12,7 @@ from layerprobe.commands.probe import open_probe, preflight
 from layerprobe.config import AngularConfig
 from layerprobe.data.packing import batches, empty_corpus_error
 from layerprobe.distributed import current_world
-from layerprobe.errors import ConfigError, NumericsError, numerics_fix
+from layerprobe.errors import ConfigError, LayerprobeError, NumericsError, numerics_fix
 from layerprobe.evaluation.variants import ranges_label
 from layerprobe.hooks import BlockCapture
 from layerprobe.metrics.angular import AngularAccumulator
@@ -192,10 +192,10 @@ def run_angular(config: AngularConfig, progress: Progress = silent) -> AngularRu
         if world.size > 1:
             raise ConfigError("angular --resume runs in one process: drop torchrun, or run the pass again.")
         check_resume(Path(out), COMMAND, config)
+    # every cheap problem named at once, before any load and before --overwrite clears the run it replaces
+    corpus, head = preflight(config.model, config.data, more=(lambda: lens_head(config),))
     # claimed before the pass: an unwritable --out fails in seconds, and only rank 0 writes
     folder = prepare_run_dir(out, config.overwrite, config.resume, COMMAND) if world.main else None
-    corpus = preflight(config.model, config.data)[0]  # every cheap problem named at once, before any load
-    head = lens_head(config)
     probe = open_probe(dataclasses.replace(config.model, device=world.device(config.model.device)), config.data,
                        head=head, checked=(corpus,))
     lens = head == "causal-lm"
@@ -273,14 +273,24 @@ def lens_limit(config: AngularConfig, probe: Any) -> int:
 
 
 def lens_head(config: AngularConfig) -> str:
-    """'causal-lm' when the logit lens is asked for (--lens-tokens > 0) and the model is a causal LM, else 'base'."""
+    """'causal-lm' when the logit lens is asked for (--lens-tokens > 0, or left to its default) and the model is a
+    causal LM, else 'base'. --lens-tokens N > 0 given for a model without an LM head would do nothing: refused from
+    its config, before the weights load (the one rule for options that do not apply, settings.check_applies)."""
     if config.lens_tokens is not None and config.lens_tokens <= 0:
         return "base"
     from layerprobe.internals import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    model_type = peek_model_type(config.model.model, config.model.revision, config.model.trust_remote_code,
-                                 config.model.gguf_file)
+    try:
+        model_type = peek_model_type(config.model.model, config.model.revision, config.model.trust_remote_code,
+                                     config.model.gguf_file)
+    except LayerprobeError:
+        return "base"  # an unreadable MODEL: named once, by preflight's own check of it
     causal = model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type not in ENCODER_MODEL_TYPES
+    if not causal and config.lens_tokens is not None:
+        raise ConfigError(f"--lens-tokens {config.lens_tokens} does nothing with MODEL '{config.model.model}': it is "
+                          f"{'an' if str(model_type)[:1] in 'aeiou' else 'a'} {model_type or 'unknown'} model, not a "
+                          "causal language model, so it has no LM head for the logit lens; drop --lens-tokens (or "
+                          "pass 0).")
     return "causal-lm" if causal else "base"
 
 

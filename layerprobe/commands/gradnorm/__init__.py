@@ -11,28 +11,28 @@ from layerprobe.runs.kinds import Kind, Tolerance
 
 GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("norm", "the normalization placement", key=True, number=False),
-    Column("layer", "block l", key=True),
+    Column("layer", "block l", key=True, whole=True),
     Column("kind", "params (the block's parameters) or input (its input's gradient)", key=True, number=False),
     Column("module", "block, or a sub-module of it", key=True, number=False),
     Column("grad_norm", "L2 norm of the gradient, mean over seeds and batches", always=True),
     Column("std", "its standard deviation over seeds and batches"),
-    Column("samples", "seeds x batches averaged"),
-    Column("step", "the training step measured (0: at initialization)", key=True),
+    Column("samples", "seeds x batches averaged", whole=True),
+    Column("step", "the training step measured (0: at initialization)", key=True, whole=True),
 )
 VARIANCE = (  # variance.csv: the output variance of each block
     Column("norm", "the normalization placement", key=True, number=False),
-    Column("step", "the training step measured", key=True),
-    Column("layer", "block l", key=True),
+    Column("step", "the training step measured", key=True, whole=True),
+    Column("layer", "block l", key=True, whole=True),
     Column("variance", "variance of block l's output over hidden units, mean over seeds and batches"),
     Column("std", "its standard deviation"),
-    Column("samples", "seeds x batches averaged"),
+    Column("samples", "seeds x batches averaged", whole=True),
 )
 SAMPLES = (  # gradnorm_samples.csv: what gradnorm.csv and variance.csv average, one row per measurement
     Column("norm", "the normalization placement", key=True, number=False),
-    Column("seed", "the initialization", key=True),
-    Column("step", "the training step measured (0: at initialization)", key=True),
-    Column("batch", "the batch, 0-based", key=True),
-    Column("layer", "block l", key=True),
+    Column("seed", "the initialization", key=True, whole=True),
+    Column("step", "the training step measured (0: at initialization)", key=True, whole=True),
+    Column("batch", "the batch, 0-based", key=True, whole=True),
+    Column("layer", "block l", key=True, whole=True),
     Column("kind", "params, input, or variance (the block output's variance; grad_norm empty)", key=True,
            number=False),
     Column("module", "block, or a sub-module of it", key=True, number=False),
@@ -41,13 +41,13 @@ SAMPLES = (  # gradnorm_samples.csv: what gradnorm.csv and variance.csv average,
 )
 LOSS = (  # loss.csv (gradnorm --steps): the training loss of each (placement, seed) per step
     Column("norm", "the normalization placement", key=True, number=False),
-    Column("seed", "the initialization", key=True),
-    Column("step", "the optimizer step", key=True),
+    Column("seed", "the initialization", key=True, whole=True),
+    Column("step", "the optimizer step", key=True, whole=True),
     Column("loss", "the training loss of that step's batch", "nats"),
 )
 TRAINING = (  # training.csv (gradnorm --steps): monitor.csv's measurement of each (placement, seed) while it trains
     Column("placement", "the normalization placement (gradnorm.csv's norm)", key=True, number=False),
-    Column("seed", "the initialization", key=True),
+    Column("seed", "the initialization", key=True, whole=True),
     *MONITOR,
 )
 SUMMARY = RUN + (

@@ -10,7 +10,8 @@ from layerprobe.runs.keys import CORPUS, MODEL, RUN, D, F, I, Key, L, S
 from layerprobe.runs.kinds import Kind
 
 HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
-    Column("step", "AdamW updates done (0: before healing; --method lstsq|cosine: 1, the maps folded)", key=True),
+    Column("step", "AdamW updates done (0: before healing; --method lstsq|cosine: 1, the maps folded)", key=True,
+           whole=True),
     Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
            "on its batch, before its update; empty at step 0", "nats"),
     Column("lr", "the learning rate of the step's update"),
@@ -28,10 +29,10 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
 )
 REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run of blocks, fitted in order
     Column("run", "the removed run, first-last (0-based, inclusive)", key=True, number=False),
-    Column("first", "its first block"),
-    Column("last", "its last block"),
+    Column("first", "its first block", whole=True),
+    Column("last", "its last block", whole=True),
     Column("folded_into", "the projection the map T was folded into (the MLP output of block first-1)", number=False),
-    Column("tokens", "calibration positions the map was fitted on", "positions"),
+    Column("tokens", "calibration positions the map was fitted on", "positions", whole=True),
     Column("mse_removed", "mean over positions of ||x_in - x_out||^2: what plain removal leaves (T = I)"),
     Column("mse_fitted", "mean over positions of ||x_in - m + m T - x_out||^2 with the fitted T"),
     Column("cosine_removed", "mean of 1 - cos(x_in, x_out): plain removal"),

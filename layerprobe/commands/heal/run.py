@@ -76,7 +76,7 @@ def removal_source(config: HealConfig) -> tuple[str, Any, dict | None]:
         raise ConfigError(f"heal takes one of --remove 20-27, --from-curve RUN or an exported folder as MODEL "
                           f"(got {' and '.join(given)}): pass exactly one.")
     if config.from_curve:
-        model, remove, part = from_curve(config.from_curve, config.strategy, config.k)
+        model, remove, part = from_curve(config.from_curve, config.strategy, config.k, "heal")
         if part != "block":
             raise ConfigError(f"--from-curve: that curve removed {part} sub-layers; heal heals removed blocks: pass a "
                               "curve run of whole blocks (--part block).")

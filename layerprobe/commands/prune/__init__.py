@@ -14,8 +14,8 @@ from layerprobe.runs.keys import CORPUS, FLAG, INTEGER, LIST, MAPPING, MODEL, NU
 from layerprobe.runs.kinds import Kind, Tolerance
 
 PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
-    Column("layer", "the first removed layer"),
-    Column("block", "layers removed from it"),
+    Column("layer", "the first removed layer", whole=True),
+    Column("block", "layers removed from it", whole=True),
     Column("removed", "the removed layers, 0-based, inclusive ranges", key=True, number=False),
     Column("metric", "the task's metric (lm-eval's name; acc/<subtask> for a group's members)", key=True, number=False),
     Column("baseline", "the unpruned model's score"),
@@ -39,7 +39,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "never flagged; --family all: every row with an interval): the interval excludes 0 and survives the "
            "correction", number=False),
     Column("family", "the number of tests in the Holm family of `significant` (0: the row is exploratory, "
-           "outside the family, read its interval only)", optional=True),
+           "outside the family, read its interval only)", optional=True, whole=True),
     Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
            "per character, as acc_norm normalizes), nats", "nats", optional=True),
     Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
@@ -67,17 +67,17 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
     Column("task", "the lm-eval task (a group's subtask) the document belongs to; squad; ppl, kl or drift",
            key=True, number=False),
     Column("doc_id", "lm-eval's doc_id; the question's position (squad); the packed sequence's position (ppl, kl, "
-           "drift)", key=True),
-    Column("gold", "multiple choice: the gold choice's index", optional=True),
-    Column("chosen", "multiple choice: the choice of highest loglikelihood (acc's pick)", optional=True),
+           "drift)", key=True, whole=True),
+    Column("gold", "multiple choice: the gold choice's index", optional=True, whole=True),
+    Column("chosen", "multiple choice: the choice of highest loglikelihood (acc's pick)", optional=True, whole=True),
     Column("chosen_norm", "multiple choice: the choice of highest loglikelihood per character (acc_norm's pick)",
-           optional=True),
+           optional=True, whole=True),
     Column("gold_loglik", "multiple choice: the gold choice's loglikelihood", "nats", optional=True),
     Column("gold_loglik_norm", "multiple choice: the gold choice's loglikelihood per character", "nats",
            optional=True),
     Column("choice_loglik_<i>", "multiple choice: the loglikelihood of choice i (0-based; lm-eval's own per-choice "
            "loglikelihood; empty past a document's last choice)", "nats", optional=True),
-    Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True),
+    Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True, whole=True),
     Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
            "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
     Column("<metric>", "each per-document metric of the task, by lm-eval's name (acc, acc_norm, exact_match, ...; "
@@ -85,7 +85,7 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
 )
 CURVE = (  # curve.csv: one row per (strategy, k)
     Column("strategy", "the strategy that chose the layers (strategies.py)", key=True, number=False),
-    Column("k", "layers removed", key=True),
+    Column("k", "layers removed", key=True, whole=True),
     Column("fraction", "k over the model's layers"),
     Column("removed", "the layers it removed", number=False),
     Column("metric", "the scored metric", key=True, number=False),
@@ -242,7 +242,8 @@ CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),
                    ("keep", "keep")),
                   READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
-                  label_key="task", label_word="curve", config_class=PruneConfig, reads=("metric",))
+                  label_key="task", label_word="curve", config_class=PruneConfig, reads=("metric",),
+                  check=READ_CURVE + "whole_curves", words="prune --curve")
 
 
 def prune_folder(config: Any) -> str:

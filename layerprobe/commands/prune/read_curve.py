@@ -14,10 +14,20 @@ from layerprobe.runs.read import Run
 
 
 def whole_curves(run: Run) -> Any:
-    """curve.csv, with a row for every strategy summary.json lists (a file cut at a row boundary loses a whole curve
-    and still reads as a table: refused by name, never drawn without it)."""
+    """curve.csv, with a row for every strategy summary.json lists and none of another (a file cut at a row boundary
+    loses a whole curve and still reads as a table; an edited strategy name reads as another curve): the damage is
+    named, file, row and column, never drawn without it or read as a strategy the run did not measure. The curve
+    record's check (load_run calls it for every reader)."""
     curve = run.tables["curve"]
-    missing = [s for s in run.summary.get("strategies") or () if s not in set(curve["strategy"])]
+    listed = run.summary.get("strategies")
+    if isinstance(listed, list) and listed:
+        unknown = ~curve["strategy"].isin(listed)
+        if unknown.any():
+            row = int(unknown.to_numpy().nonzero()[0][0]) + 1
+            raise RunError(f"'{run.folder / 'curve.csv'}' row {row}, column strategy: "
+                           f"{str(curve['strategy'].iloc[row - 1])[:30]!r} is none of the strategies summary.json "
+                           f"lists ({', '.join(map(str, listed))}): re-run the command, or restore the file.")
+    missing = [s for s in listed or () if s not in set(curve["strategy"])]
     if missing:
         raise RunError(f"'{run.folder / 'curve.csv'}' has no rows of the {', '.join(missing)} curve(s) summary.json "
                        "lists: re-run the command, or restore the file.")

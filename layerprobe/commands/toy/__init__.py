@@ -11,7 +11,7 @@ from layerprobe.runs.kinds import Kind
 TOY = (  # toy.csv: the residual-MLP model by depth
     Column("norm", "the normalization placement", number=False),
     Column("alpha", "the branch scale"),
-    Column("layer", "block l"),
+    Column("layer", "block l", whole=True),
     Column("hidden_norm", "mean ||h_l||"),
     Column("cos_next", "mean cos(h_l, h_l+1)"),
     Column("cos_input", "mean cos(h_l, h_0)"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 from layerprobe.commands.toy import COMMAND
@@ -19,7 +20,7 @@ from layerprobe.metrics.stats import effective_rank, power_law
 from layerprobe.models.placement import check_placements, residual_step
 from layerprobe.plots.toy import toy_figure
 from layerprobe.progress import Progress, silent
-from layerprobe.runs.folder import abandons_on_error, prepare_run_dir
+from layerprobe.runs.folder import abandons_on_error, check_owned, prepare_run_dir
 from layerprobe.runs.manifest import start_time
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.commands.toy import TOY
@@ -117,6 +118,9 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
         raise ConfigError(f"--branch-scale must be positive numbers, got {', '.join(map(str, config.alphas)) or 'none'}.")
     if not 0.0 <= config.mix_alpha <= 1.0:
         raise ConfigError(f"--mix-alpha must be within [0, 1], got {config.mix_alpha}.")
+    out = COMMAND.out(config, None)
+    if config.overwrite:  # refused before the measuring, not after it (the folder is claimed once the table is done)
+        check_owned(Path(out), COMMAND, "--overwrite")
     gen = torch.Generator().manual_seed(config.seed + 1)
     x = torch.randn(config.samples, config.width, generator=gen)  # i.i.d. Gaussian inputs
     readout = torch.randn(config.width, generator=gen) / math.sqrt(config.width)
@@ -135,7 +139,7 @@ def run_toy(config: ToyConfig, progress: Progress = silent) -> ToyRun:
             rows.append({"norm": norm, "alpha": alpha, **row})
     table = pd.DataFrame(rows, columns=COLUMNS)
     seconds = time.perf_counter() - clock
-    folder = prepare_run_dir(COMMAND.out(config, None), config.overwrite, command=COMMAND)
+    folder = prepare_run_dir(out, config.overwrite, command=COMMAND)
     return write_toy_outputs(folder, table, config, started, seconds)
 
 

@@ -1,0 +1,100 @@
+"""Every declared column of every record is enforced by its kind in the one reader (runs/read.py read_table; issue 47
+rule 3): a count or index (Column.whole) holds a finite whole number >= 0 (NaN, infinity, -1 or 1.5 refused; empty
+only where the column is optional), a number column holds numbers, an always-measured one is never NaN, a key never
+repeats. Each refusal is one line naming the file, the row and the column. Tried on every column of every registered
+table, from a table built here from the declarations, written to disk and read back."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from layerprobe.commands import COMMANDS  # noqa: F401  (registers the built-in records: TABLES is filled)
+from layerprobe.errors import RunError
+from layerprobe.runs.columns import TABLES
+from layerprobe.runs.read import read_table
+
+ROWS = 3
+
+
+def declared() -> list[tuple[str, object]]:
+    return [(file, column) for file, table in TABLES.items() for column in table.columns]
+
+
+def whole_table(file: str):
+    """A table every check passes: each declared column, keys distinct per row, numbers whole where declared so."""
+    import pandas as pd
+
+    values = {}
+    for column in TABLES[file].columns:
+        if not column.number:
+            values[column.name] = [f"{column.name}{i}" for i in range(ROWS)]
+        else:
+            values[column.name] = [i + 1 for i in range(ROWS)]  # whole, distinct, finite
+    return pd.DataFrame(values)
+
+
+def write(tmp_path, file: str, frame):
+    path = tmp_path / file
+    frame.to_csv(path, index=False)  # compression from the name, as layerprobe writes samples.csv.gz
+    return path
+
+
+@pytest.mark.parametrize("file", sorted(TABLES))
+def test_a_whole_table_of_every_record_reads(file, tmp_path):
+    table = read_table(write(tmp_path, file, whole_table(file)))
+    assert len(table) == ROWS
+
+
+CASES = [(file, column) for file, column in declared()]
+
+
+def kinds(column) -> tuple[list, list]:
+    """(values refused, values taken) in a number column of this kind."""
+    if column.whole:
+        return (["abc", 1.5, -1, math.inf] + ([] if column.optional else [math.nan]),
+                [7] + ([math.nan] if column.optional else []))
+    if column.always:
+        return ["abc", math.inf, math.nan], [1.5]
+    return ["abc"], [1.5, math.inf, math.nan]
+
+
+@pytest.mark.parametrize("file, column", CASES, ids=[f"{f}:{c.name}" for f, c in CASES])
+def test_every_column_is_enforced_by_its_kind(file, column, tmp_path):
+    if not column.number:
+        return  # text: any value (a key column's repeats: below)
+    frame = whole_table(file)
+    frame[column.name] = frame[column.name].astype(object)
+    refused, taken = kinds(column)
+    for value in refused:
+        damaged = frame.copy()
+        damaged.loc[1, column.name] = value  # the second data row
+        with pytest.raises(RunError) as caught:
+            read_table(write(tmp_path, file, damaged))
+        message = str(caught.value)
+        assert "\n" not in message and str(tmp_path / file) in message and column.name in message, message
+        if column.whole or value == "abc":
+            assert f"row 2, column {column.name}:" in message, message
+    for value in taken:
+        damaged = frame.copy()
+        damaged.loc[1, column.name] = value
+        assert len(read_table(write(tmp_path, file, damaged))) == ROWS, value
+
+
+@pytest.mark.parametrize("file", sorted(f for f, t in TABLES.items() if any(c.key for c in t.columns)))
+def test_a_repeated_key_is_named(file, tmp_path):
+    frame = whole_table(file)
+    frame.loc[2] = frame.loc[1]
+    with pytest.raises(RunError, match=r"row 3 repeats the row"):
+        read_table(write(tmp_path, file, frame))
+
+
+def test_the_counts_the_replay_found_are_declared_whole():
+    """angular.csv's tokens (a NaN there was read on) and the other counts and indices of the records."""
+    whole = {(file, c.name) for file, c in declared() if c.whole}
+    for case in [("angular.csv", "tokens"), ("angular.csv", "layer"), ("angular.csv", "n"), ("layers.csv", "tokens"),
+                 ("layers.csv", "layer"), ("curve.csv", "k"), ("prune.csv", "layer"), ("prune.csv", "block"),
+                 ("samples.csv.gz", "doc_id"), ("samples.csv.gz", "tokens"), ("gradnorm.csv", "step"),
+                 ("heal.csv", "step"), ("replace.csv", "first"), ("replace.csv", "tokens"), ("toy.csv", "layer")]:
+        assert case in whole, case
