@@ -34,6 +34,7 @@ FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_log
          "tokens", "total")
 LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
 CHOICE = "choice_loglik_"  # multiple choice: choice_loglik_0, choice_loglik_1, ...: every choice's loglikelihood
+CHARS = "choice_chars_"  # and every choice's length in characters (what acc_norm divides its loglikelihood by)
 MARGIN = "margin"  # derived from them (Wide): the gold choice's loglikelihood minus the best wrong choice's
 MARGINS = {"acc": MARGIN}  # the accuracies whose rows carry the margin's change (acc picks by raw loglikelihood)
 INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "family", "loglik_delta",
@@ -69,7 +70,8 @@ def _choice_fields(sample: dict, task: Any) -> dict:
     return {"gold": gold, "chosen": int(np.argmax(lls)), "chosen_norm": int(np.argmax(lls / lengths)),
             "gold_loglik": float(lls[gold]) if gold is not None else math.nan,
             "gold_loglik_norm": float(lls[gold] / lengths[gold]) if gold is not None else math.nan,
-            **{f"{CHOICE}{i}": float(ll) for i, ll in enumerate(lls)}}
+            **{f"{CHOICE}{i}": float(ll) for i, ll in enumerate(lls)},
+            **{f"{CHARS}{i}": int(n) for i, n in enumerate(lengths)}}
 
 
 def lm_eval_rows(samples: dict, tasks: dict) -> list[dict]:

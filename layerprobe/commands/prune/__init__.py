@@ -77,6 +77,8 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
            optional=True),
     Column("choice_loglik_<i>", "multiple choice: the loglikelihood of choice i (0-based; lm-eval's own per-choice "
            "loglikelihood; empty past a document's last choice)", "nats", optional=True),
+    Column("choice_chars_<i>", "multiple choice: the length of choice i in characters, what acc_norm divides its "
+           "loglikelihood by (empty past a document's last choice)", optional=True),
     Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True),
     Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
            "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
