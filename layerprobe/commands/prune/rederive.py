@@ -78,8 +78,8 @@ def _curve(run: Any, records: list[dict], family: str, keep_by: str, cluster: st
                         s["num_layers"], healed or None, keep_by, found)
     if not healed:
         table["healed_score"] = math.nan
-    decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores)
     estimand = interval_estimand(records, metric, s.get("task", ""), s.get("groups"), cluster)
+    decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores, estimand)
     return {"keep_by": keep_by, **decided, "interval_estimand": estimand}, {"curve": table, "scores": scores}
 
 
