@@ -6,6 +6,7 @@ and statsmodels."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -236,3 +237,47 @@ def test_untested_main_rows_are_not_called_other_metrics():
     base = [1, 0, 1, 1, 0, 1]
     text = _findings(base, {0: [0, 0, 0, 0, 0, 0], 1: [1, 0, 1, 1, 0, 1]})
     assert "Too few documents to test (6, fewer than 10)" in text and "other metrics or subtasks" not in text
+
+
+def test_no_answer_changed_does_not_make_every_change_detectable():
+    """Ten questions, most removals change no answer: their paired stderr is 0 and the median of 0 gave a minimum
+    detectable effect of 0 ('an acc change smaller than 0 cannot be seen'). Such a row counts with its Newcombe
+    interval's half-width / 1.96; the effect is then the normal-power formula by hand (scipy's quantiles)."""
+    from layerprobe.commands.prune.decide import detectable_changes
+    from layerprobe.metrics.decisions import newcombe_paired
+
+    base = np.array([1, 1, 0, 0, 0, 0, 0, 0, 0, 0], dtype=float)
+    variants = {"1": base.copy(), "2": base.copy(), "3": np.array([0, 1, 0, 0, 0, 0, 0, 0, 0, 1], dtype=float)}
+    records = [{"removed": k, "task": "t", "doc_id": i, "acc": float(v[i])}
+               for k, v in (("unpruned", base), *variants.items()) for i in range(10)]
+    rows = pd.DataFrame([{"removed": k, "layer": int(k), "block": 1, "metric": "acc", "baseline": base.mean(),
+                          "pruned": v.mean(), "delta": v.mean() - base.mean()} for k, v in variants.items()])
+    table = add_intervals(rows, records, "t", None, "acc")
+    assert table["delta_stderr"].tolist()[:2] == [0.0, 0.0]
+    z = stats.norm.ppf(0.975)
+    lo, hi = newcombe_paired(base, base)
+    d3 = variants["3"] - base
+    se = sorted([(hi - lo) / (2 * z)] * 2 + [d3.std(ddof=1) / math.sqrt(10)])[1]
+    found = detectable_changes(table, "acc", 3, 10)["acc"]
+    assert found["stderr"] == pytest.approx(se, rel=1e-9)
+    assert found["change"] == pytest.approx((stats.norm.ppf(1 - 0.05 / 6) + stats.norm.ppf(0.8)) * se, rel=1e-9)
+    assert found["change"] > 0.2
+
+
+def test_too_few_probe_sequences_state_no_healing_verdict():
+    """A healed curve on 8 sequences keeps its intervals in curve.csv; the findings state none as a verdict."""
+    from layerprobe.commands.prune.read_curve import curve_findings
+    from layerprobe.runs.read import Run
+
+    rows = [{"strategy": "angular", "k": 1, "fraction": 0.1, "removed": "3", "metric": "ppl", "baseline": 20.0,
+             "score": 25.0, "delta": 5.0, "within": False, "healed_score": 18.0, "heal_change": -7.0,
+             "heal_change_lo": -9.0, "heal_change_hi": -5.0, "healed_delta": 2.0, "healed_delta_lo": 1.0,
+             "healed_delta_hi": 3.0}]
+    summary = {"model": "m", "num_layers": 10, "metric": "ppl", "keep": 0.95, "baseline": 20.0, "heal_steps": 20,
+               "healed_baseline": 16.0, "curve": {"angular": {"max_k": 0, "removed": "", "score": None}},
+               "records": "samples.csv.gz", "documents": 8, "min_documents": 10}
+    text = " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
+    assert "(too few sequences to test these changes)" in text and "excludes 0" not in text
+    summary["documents"] = 64
+    text = " ".join(curve_findings(Run(Path("."), "curve", summary, {}, {"curve": pd.DataFrame(rows)})))
+    assert "the repair's change -9 to -5, excludes 0" in text

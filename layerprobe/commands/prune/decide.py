@@ -51,7 +51,9 @@ def _median_stderr(values: Any) -> float:
 
 def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
     """{label: {documents, stderr (the median paired stderr over the variants), family, level, power, change}} for
-    the metric's dP and, for multiple choice, its gold loglikelihood change."""
+    the metric's dP and, for multiple choice, its gold loglikelihood change. A variant whose paired stderr is 0 (a
+    0/1 score no document of which changed) counts with its reported interval's half-width / 1.96 instead: a run
+    that saw no change has not shown it would see every change."""
     main = table[table["metric"] == metric]
     if family < 1 and "delta_stderr" in main:  # too few documents to test: the family a test would run over
         family = int(main["delta_stderr"].notna().sum())
@@ -62,8 +64,10 @@ def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
         if column == "loglik_lo":  # the loglikelihood's stderr from its interval (normal: conservative beside t)
             from layerprobe.evaluation.records import Z95
             stderr = _median_stderr((main["loglik_hi"] - main["loglik_lo"]) / (2 * Z95))
-        else:
-            stderr = _median_stderr(main[column])
+        else:  # a 0/1 change with no document changed has stderr 0: its Newcombe interval's width stands in
+            from layerprobe.evaluation.records import Z95
+            width = (main["delta_hi"] - main["delta_lo"]) / (2 * Z95) if "delta_hi" in main else main[column]
+            stderr = _median_stderr(main[column].where(main[column] > 0, width))
         size = max(1, family)
         out[label] = {"documents": n, "stderr": stderr, "family": size, "level": ALPHA / size, "power": POWER,
                       "change": detectable(stderr, size)}

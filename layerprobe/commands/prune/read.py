@@ -97,9 +97,9 @@ def _margin_measured(known: Any, lower: Any) -> list[str]:
                    "margin (the gold choice's loglikelihood minus the best wrong choice's, nats; Holm over "
                    f"{len(known)}) drops measurably too: {shown(surer)}.")
     if len(alike):
-        out.append(f"Without {len(alike)} of them everything got less likely: the gold answer's loglikelihood drops "
-                   "but its margin over the best wrong choice does not measurably (Holm over "
-                   f"{len(known)}): {shown(alike)}.")
+        out.append(f"Without {len(alike)} of them the drop cannot be told from everything getting less likely: the "
+                   "gold answer's loglikelihood drops but its margin over the best wrong choice does not measurably "
+                   f"(Holm over {len(known)}): {shown(alike)}.")
     return out
 
 

@@ -145,7 +145,8 @@ def _healed(run: Run) -> list[str]:
         last = rows.sort_values("k").iloc[-1]
         text = (f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
                 f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}")
-        out.append(text + _healed_intervals(last) + ".")
+        few = (s.get("documents") or 0) < (s.get("min_documents") or 0)  # no verdict from too few sequences
+        out.append(text + (" (too few sequences to test these changes)" if few else _healed_intervals(last)) + ".")
     return out
 
 
