@@ -68,12 +68,9 @@ def chance_of(task: str, metric: str) -> float | None:
 
 
 def detectable_lines(s: dict) -> list[str]:
-    """The run's first lines: the smallest change it could see, per metric (summary.json detectable); a run
-    without per-document records says it can state none."""
+    """The run's first lines: the smallest change it could see, per metric (summary.json detectable)."""
     from layerprobe.evaluation.metric import METRICS
 
-    if not s.get("records") and not s.get("detectable"):
-        return [PREDATES_RECORDS]
     out = []
     few = s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
     for label, d in (s.get("detectable") or {}).items():
@@ -93,6 +90,15 @@ def detectable_lines(s: dict) -> list[str]:
                    f"Holm's worst step over the family of {d['family']}; median paired stderr {d['stderr']:.3g}): "
                    "\"not measurable\" below it does not mean equivalent.")
     return out
+
+
+def predates_records(s: dict, table: Any) -> list[str]:
+    """A prune or curve run scored before per-document records (none in summary.json, no interval in its table)
+    says so before any number."""
+    if s.get("records") or s.get("detectable") or (table is not None and "delta_lo" in table
+                                                    and table["delta_lo"].notna().any()):
+        return []
+    return [PREDATES_RECORDS]
 
 
 PREDATES_RECORDS = ("This run predates per-document records (samples.csv.gz): it has no paired intervals, no tests "

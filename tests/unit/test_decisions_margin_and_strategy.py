@@ -218,7 +218,7 @@ def test_two_signals_that_agree_say_nothing_of_a_third():
 def test_too_few_documents_states_no_detectable_effect_as_if_tested():
     """Two sequences: 'a kl change smaller than X cannot be seen' would describe a test the run does not make; the
     line says no change is tested and sizes what a test would miss from an uncertain stderr."""
-    from layerprobe.report.findings import PREDATES_RECORDS, detectable_lines
+    from layerprobe.report.findings import PREDATES_RECORDS, detectable_lines, predates_records
 
     d = {"kl": {"documents": 2, "stderr": 0.016, "family": 30, "level": 0.05 / 30, "power": 0.8, "change": 0.0637}}
     few = " ".join(detectable_lines({"metric": "kl", "records": "samples.csv.gz", "documents": 2,
@@ -228,7 +228,9 @@ def test_too_few_documents_states_no_detectable_effect_as_if_tested():
     enough = " ".join(detectable_lines({"metric": "kl", "records": "samples.csv.gz", "documents": 64,
                                         "min_documents": 10, "detectable": d}))
     assert "With 64 sequences, a kl change smaller than 0.0637 cannot be seen" in enough
-    assert detectable_lines({"metric": "acc", "baseline": 0.3}) == [PREDATES_RECORDS]
+    old = pd.DataFrame({"metric": ["acc"], "delta": [0.01]})  # a run from before records: no interval columns
+    assert predates_records({"metric": "acc", "baseline": 0.3}, old) == [PREDATES_RECORDS]
+    assert predates_records({"metric": "acc", "records": "samples.csv.gz"}, old) == []
 
 
 def test_untested_main_rows_are_not_called_other_metrics():

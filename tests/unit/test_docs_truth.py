@@ -85,6 +85,19 @@ def curve_score(run: str, strategy: str, k: int) -> pd.Series:
     return table[(table["strategy"] == strategy) & (table["k"] == k)].iloc[0]
 
 
+def _together(run: str) -> int:
+    """The largest k up to which angular, Block Influence and greedy stay within 0.1 of each other at every k."""
+    table = rows(run, "curve").pivot(index="k", columns="strategy", values="score")[["angular", "bi", "greedy"]]
+    spread = (table.max(axis=1) - table.min(axis=1)) <= 0.1
+    return int(spread.index[~spread.cummin()].min() - 1) if not spread.all() else int(spread.index.max())
+
+
+def _sequences(run: str) -> int:
+    """Probe sequences of a task-free run: its tokens over its seq_len."""
+    s = summary(run)
+    return s["tokens"] // s["seq_len"]
+
+
 def thousands(x: float) -> str:
     return f"{round(x, -3):,.0f}"
 
@@ -196,6 +209,12 @@ QUOTES = [
     Quote("README.md", "removing the last k layers is the worst choice by far (kl {} nats for one layer, {} for four)",
           "reports/examples/smollm2-curve-kl",
           lambda run: [f"{curve_score(run, 'last', k)['score']:.1f}" for k in (1, 4)]),
+    Quote("README.md", "angular, Block Influence and greedy stay within 0.1 nats of each other up to {} layers. These "
+          "are point estimates: 2,048 tokens are {} probe sequences, fewer than the 10 a test needs",
+          "reports/examples/smollm2-curve-kl", lambda run: [str(_together(run)), str(_sequences(run))]),
+    Quote("docs/guide.md", "the three informed strategies stay within 0.1 nats of each other up to {} layers (point "
+          "estimates: {} probe sequences are fewer than the 10 a test needs", "reports/examples/smollm2-curve-kl",
+          lambda run: [str(_together(run)), str(_sequences(run))]),
     Quote("README.md", "100 validation questions, {} unpruned): **no k can go** at `--keep 0.95` on the bound "
           "(non-inferiority, one-sided 97.5%); angular's {} ({} layers, {}) is inside only by its point, and its bound "
           "would need about {} questions.", ARC_CURVE, _arc_curve),

@@ -11,8 +11,8 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
-from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, ranked, signed,
-                                       where_in_depth)
+from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, predates_records,
+                                        ranked, signed, where_in_depth)
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -136,7 +136,7 @@ def prune_findings(run: Run) -> list[str]:
     main = table[table["metric"] == s["metric"]]
     higher = s.get("higher_is_better", True)
     out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
-    out += detectable_lines(s)
+    out += predates_records(s, main) + detectable_lines(s)
     chance = at_chance(s, main) if not s.get("chance_test") else None
     if chance is not None:
         out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "

@@ -8,7 +8,7 @@ from typing import Any
 from layerprobe.commands.prune.read import Noise
 from layerprobe.errors import RunError
 from layerprobe.metrics.decisions import ONE_SIDED
-from layerprobe.report.findings import chance_lines, detectable_lines, signed
+from layerprobe.report.findings import chance_lines, detectable_lines, predates_records, signed
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -35,7 +35,7 @@ def curve_findings(run: Run) -> list[str]:
         level = s.get("keep_level") or ONE_SIDED
         tolerance += f" even at the worse end of its paired 95% interval (non-inferiority, one-sided {level:.1%})"
     table = run.tables.get("curve")
-    out = detectable_lines(s) + chance_lines(s)
+    out = predates_records(s, table) + detectable_lines(s) + chance_lines(s)
     few = _too_few(s, bound)
     if few:
         out.append(few)
