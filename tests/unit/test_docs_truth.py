@@ -209,8 +209,8 @@ QUOTES = [
     Quote("README.md", "removing the last k layers is the worst choice by far (kl {} nats for one layer, {} for four)",
           "reports/examples/smollm2-curve-kl",
           lambda run: [f"{curve_score(run, 'last', k)['score']:.1f}" for k in (1, 4)]),
-    Quote("README.md", "angular, Block Influence and greedy stay within 0.1 nats of each other up to {} layers. These "
-          "are point estimates: 2,048 tokens are {} probe sequences, fewer than the 10 a test needs",
+    Quote("README.md", "angular, Block Influence and greedy stay within 0.1 nats of each other up to {} layers (point "
+          "estimates from {} probe sequences, too few to test); none is within `--keep 0.95`.",
           "reports/examples/smollm2-curve-kl", lambda run: [str(_together(run)), str(_sequences(run))]),
     Quote("docs/guide.md", "the three informed strategies stay within 0.1 nats of each other up to {} layers (point "
           "estimates: {} probe sequences are fewer than the 10 a test needs", "reports/examples/smollm2-curve-kl",
@@ -244,8 +244,7 @@ QUOTES = [
     Quote("docs/guide.md", "it drops measurably without {} of 30", MMLU, lambda run: [str(loglik_drops(run))]),
     # Gemma 3's ARC-Easy curve (re-run with records, 2026-11-28)
     Quote("README.md", "On ARC-Easy (`reports/examples/gemma3-curve-arc_easy`, 50 questions, {} unpruned) {} k can go "
-          "at `--keep 0.95` on the bound and {} strategy is measurably better than another; an acc change under {} "
-          "cannot be seen with 50 questions.", GEMMA_CURVE,
+          "at `--keep 0.95` on the bound, {} strategy is measurably better; it cannot see acc changes under {}.", GEMMA_CURVE,
           lambda run: [f"{summary(run)['baseline']:.2f}", *_verdicts(run),
                        f"{summary(run)['detectable']['acc']['change']:.2f}"]),
     Quote("reports/examples/README.md", "{} unpruned; at `--keep 0.95` {} k can go on the bound (non-inferiority, "
