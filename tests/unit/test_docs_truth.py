@@ -263,14 +263,23 @@ QUOTES = [
                        f"{summary(run)['detectable']['acc']['change']:.2f}", str(loglik_drops(run))]),
     Quote("reports/examples/README.md", "--batch-size 8` ({} wall by its manifest, single-threaded, shared machine; "
           "`state.json` left out; 7 min 41 s in the first run", ANATOMY, lambda run: [wall(run)]),
-    Quote("reports/examples/README.md", "{} probe sequences are fewer than the {} a test needs, so no k is judged on the "
-          "bound and no healing change is tested (a test would miss a ppl change under about {})", HEALED_CURVE,
+    Quote("reports/examples/README.md", "{} probe sequences are fewer than the {} a test needs, so no k is judged on "
+          "the bound and no healing change is tested (a test would miss a ppl change under about {})", HEALED_CURVE,
           lambda run: [str(summary(run)["documents"]), str(summary(run)["min_documents"]),
                        f"{summary(run)['detectable']['ppl']['change']:.0f}"]),
     Quote("reports/examples/README.md", "see docs/heal.md ({} wall by its manifest, single-threaded, shared machine",
           HEALED_CURVE, lambda run: [wall(run)]),
     Quote("docs/heal.md", "single-threaded on the shared machine, {}, the same numbers below", HEALED_CURVE,
           lambda run: [wall(run)]),
+    Quote("reports/examples/README.md", "the same {} sets and scores as the first run; {} probe sequences are fewer "
+          "than the {} a test needs, so no k is judged on the bound and no strategy is tested (a test would miss a "
+          "kl change under about {})", "reports/examples/smollm2-curve-kl",
+          lambda run: [str(summary(run)["sets_scored"]), str(summary(run)["documents"]),
+                       str(summary(run)["min_documents"]), f"{summary(run)['detectable']['kl']['change']:.2f}"]),
+    Quote("reports/examples/README.md", "--max-removed 8` ({} wall by its manifest, single-threaded, shared machine",
+          "reports/examples/smollm2-curve-kl", lambda run: [wall(run)]),
+    Quote("bench/README.md", "single-threaded on the shared machine: {} by its manifest.",
+          "reports/examples/smollm2-curve-kl", lambda run: [wall(run)]),
     Quote("docs/heal.md", "| 0 | - | {} | {} (healed alike) | - | {} | {} |", HEALED_CURVE,
           lambda run: [f"{summary(run)['baseline']:.2f}", f"{summary(run)['healed_baseline']:.2f}"] * 2),
     Quote("docs/heal.md", "| 4 | {} | {} | {} | {} | {} | {} |", HEALED_CURVE,
