@@ -244,7 +244,8 @@ QUOTES = [
     Quote("docs/guide.md", "it drops measurably without {} of 30", MMLU, lambda run: [str(loglik_drops(run))]),
     # Gemma 3's ARC-Easy curve (re-run with records, 2026-11-28)
     Quote("README.md", "On ARC-Easy (`reports/examples/gemma3-curve-arc_easy`, 50 questions, {} unpruned) {} k can go "
-          "at `--keep 0.95` on the bound, {} strategy is measurably better; it cannot see acc changes under {}.", GEMMA_CURVE,
+          "at `--keep 0.95` on the bound, {} strategy is measurably better; it cannot see acc changes under {}.",
+          GEMMA_CURVE,
           lambda run: [f"{summary(run)['baseline']:.2f}", *_verdicts(run),
                        f"{summary(run)['detectable']['acc']['change']:.2f}"]),
     Quote("reports/examples/README.md", "{} unpruned; at `--keep 0.95` {} k can go on the bound (non-inferiority, "
