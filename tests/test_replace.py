@@ -310,7 +310,9 @@ def test_curve_healed_by_lstsq_equals_heal_and_refuses_block_zero_per_set(model_
     # report states them; compare reads a healed curve (its records hold the healed sets too) against itself
     report = invoke("report", str(out), "--out", str(tmp_path / "report"))
     assert report.exit_code == 0, report.output
-    assert "paired 95% intervals over the probe sequences" in (tmp_path / "report" / "report.md").read_text()
+    # 8 probe sequences (256 tokens of 32), fewer than the 10 a test needs: the intervals stay in curve.csv, the
+    # report states no verdict from them
+    assert "too few sequences to test these changes" in (tmp_path / "report" / "report.md").read_text()
     same = invoke("compare", str(out), str(out))
     assert same.exit_code == 0, same.output
 

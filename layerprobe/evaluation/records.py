@@ -34,8 +34,10 @@ FIXED = ("removed", "task", "doc_id", "gold", "chosen", "chosen_norm", "gold_log
          "tokens", "total")
 LOGLIK = {"acc": "gold_loglik", "acc_norm": "gold_loglik_norm"}  # the continuous score beside each accuracy
 CHOICE = "choice_loglik_"  # multiple choice: choice_loglik_0, choice_loglik_1, ...: every choice's loglikelihood
+CHARS = "choice_chars_"  # and every choice's length in characters (what acc_norm divides its loglikelihood by)
 MARGIN = "margin"  # derived from them (Wide): the gold choice's loglikelihood minus the best wrong choice's
-MARGINS = {"acc": MARGIN}  # the accuracies whose rows carry the margin's change (acc picks by raw loglikelihood)
+MARGIN_NORM = "margin_norm"  # the same per character (acc_norm picks by loglikelihood / choice length)
+MARGINS = {"acc": MARGIN, "acc_norm": MARGIN_NORM}  # the accuracies whose rows carry the margin's change
 INTERVAL_COLUMNS = ("delta_stderr", "delta_lo", "delta_hi", "p_value", "significant", "family", "loglik_delta",
                     "loglik_lo", "loglik_hi", "loglik_p_value", "loglik_significant", "margin_delta", "margin_lo",
                     "margin_hi", "margin_p_value", "margin_significant")
@@ -69,7 +71,8 @@ def _choice_fields(sample: dict, task: Any) -> dict:
     return {"gold": gold, "chosen": int(np.argmax(lls)), "chosen_norm": int(np.argmax(lls / lengths)),
             "gold_loglik": float(lls[gold]) if gold is not None else math.nan,
             "gold_loglik_norm": float(lls[gold] / lengths[gold]) if gold is not None else math.nan,
-            **{f"{CHOICE}{i}": float(ll) for i, ll in enumerate(lls)}}
+            **{f"{CHOICE}{i}": float(ll) for i, ll in enumerate(lls)},
+            **{f"{CHARS}{i}": int(n) for i, n in enumerate(lengths)}}
 
 
 def lm_eval_rows(samples: dict, tasks: dict) -> list[dict]:
@@ -174,14 +177,27 @@ def _close(a: float, b: float) -> bool:
     return abs(a - b) <= REPRODUCE_RTOL * max(1.0, abs(b))
 
 
-def margins(records: Any) -> Any:
+def _choice_columns(records: Any, prefix: str) -> list:
+    found = [c for c in records.columns if str(c).startswith(prefix)]
+    return sorted(found, key=lambda c: int(str(c)[len(prefix):]))
+
+
+def margins(records: Any, norm: bool = False) -> Any:
     """Each multiple-choice document's margin: the gold choice's loglikelihood minus the highest loglikelihood of a
-    wrong choice (NaN without every choice's loglikelihood, a gold index or a wrong choice)."""
-    columns = [c for c in records.columns if str(c).startswith(CHOICE)]
-    columns.sort(key=lambda c: int(str(c)[len(CHOICE):]))
+    wrong choice; norm: of the loglikelihoods per character, as lm-eval's acc_norm compares them (each choice's
+    choice_loglik_<i> / choice_chars_<i>). NaN without every choice's loglikelihood (and length), a gold index or a
+    wrong choice; None where the records hold no such columns."""
+    columns = _choice_columns(records, CHOICE)
     if not columns or "gold" not in records:
         return None
     lls = records[columns].to_numpy(dtype=float)  # (rows, most choices), NaN past a document's own choices
+    if norm:
+        chars = _choice_columns(records, CHARS)
+        if len(chars) != len(columns):
+            return None  # records written before choice lengths were kept: no acc_norm margin
+        lengths = records[chars].to_numpy(dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lls = np.where(lengths > 0, lls / lengths, math.nan)
     gold = records["gold"].to_numpy(dtype=float)
     known = np.isfinite(gold) & (gold >= 0) & (gold < len(columns))
     rows = np.flatnonzero(known)
@@ -198,9 +214,10 @@ class Wide:
     """The records by column: for each value column, a (task, doc_id) x variant table (and the derived margin)."""
 
     def __init__(self, records: Any) -> None:
-        found = margins(records)
-        if found is not None:
-            records = records.assign(**{MARGIN: found})
+        for name, norm in ((MARGIN, False), (MARGIN_NORM, True)):
+            found = margins(records, norm)
+            if found is not None:
+                records = records.assign(**{name: found})
         self.index = records.set_index(["removed", "task", "doc_id"]).sort_index()
         self.cache: dict[str, Any] = {}
 
@@ -329,9 +346,10 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
                   main: str | None = None, family: str = "main", cluster: str = "none") -> Any:
     """prune.csv (or scores.csv) with the paired interval columns: per metric, each variant's dP with its standard
     error, 95% interval and p-value from the records, and for accuracies of multiple choice the gold answer's
-    loglikelihood change and (acc) the margin's change, each with its interval. cluster 'subtask': a row whose
-    documents fall in at least MIN_CLUSTERS subtasks takes subtask-clustered intervals and p-values (CR1, t with
-    G - 1 df; interval_estimand says which); 'none': stratified by subtask, documents independent. The family Holm's correction runs over is declared: `main` (the default),
+    loglikelihood change and the margin's change (acc: of the loglikelihoods, acc_norm: per character), each with
+    its interval. cluster 'subtask': a row whose documents fall in at least MIN_CLUSTERS subtasks takes
+    subtask-clustered intervals and p-values (CR1, t with G - 1 df; interval_estimand says which); 'none': stratified
+    by subtask, documents independent. The family Holm's correction runs over is declared: `main` (the default),
     the variants of the main metric only (`significant` and `loglik_significant` are its verdicts; every other row is
     exploratory: intervals, no flag, `family` 0); `all`, every row of the file with an interval in one family.
     `family` is the number of tests of the row's family. Without records (or where they cannot reproduce a score)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from layerprobe.metrics.paired import ALPHA, LEVEL, RESAMPLES, SEED
+from layerprobe.metrics.paired import ALPHA, LEVEL, RESAMPLES, SEED, float_zero
 
 POWER = 0.8  # the power a minimum detectable effect is stated at
 MIN_DOCUMENTS = 10  # below this many documents (or sequences) a run ranks but does not test
@@ -153,7 +153,7 @@ def clustered_mean_change(before: Sequence[float], after: Sequence[float], clust
     normalized to sum 1), with a cluster-robust (CR1) standard error: documents in one cluster (an MMLU subject,
     sharing its few-shot prefix) may be correlated. That is weighted least squares on a constant:
     Var = G / (G - 1) x sum_g (sum_{i in g} v_i (d_i - change))^2; the interval and p from Student's t with G - 1
-    degrees of freedom."""
+    degrees of freedom. A change within float rounding of the scores is exactly 0 ([0, 0], p 1)."""
     from scipy import stats
 
     d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
@@ -167,6 +167,9 @@ def clustered_mean_change(before: Sequence[float], after: Sequence[float], clust
         return mean, math.nan, math.nan, math.nan, math.nan
     sums = np.array([(v[labels == c] * (d[labels == c] - mean)).sum() for c in groups])
     stderr = math.sqrt(g / (g - 1) * float((sums ** 2).sum()))
+    levels = [float((v * np.asarray(x, dtype=float)).sum()) for x in (before, after)]
+    if float_zero(mean, stderr, levels):  # float rounding, not a change (paired.float_zero)
+        return 0.0, 0.0, 0.0, 0.0, 1.0
     q = float(stats.t.ppf(0.5 + LEVEL / 2, g - 1))
     p = float(2 * stats.t.sf(abs(mean) / stderr, g - 1)) if stderr > 0 else (1.0 if mean == 0 else 0.0)
     return mean, stderr, mean - q * stderr, mean + q * stderr, p

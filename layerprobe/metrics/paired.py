@@ -30,6 +30,7 @@ ALPHA = 0.05  # the family-wise error rate the correction controls
 CORRECTION = "holm"  # Holm's step-down correction over the variants of one metric (every layer of a sweep)
 SEED = 0  # the bootstrap's fixed seed
 RESAMPLES = 2000
+NOISE = 1e-9  # relative: a change and its standard error both within NOISE x the scores' scale are exactly zero
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,19 @@ def contrast(stat: Statistic, strata: Sequence, values: Sequence[np.ndarray], co
         psi = sum(c * _influence(stat, strata, v, t) for c, v, t in zip(coefficients, values, tokens))
         variance = sum(n / (n - 1) * float((psi[strata == s] ** 2).sum()) for s, n in zip(labels, counts))
         stderr, df = math.sqrt(variance), float(len(strata) - len(labels))
+    if float_zero(delta, stderr, [score(stat, strata, v, t) for v, t in zip(values, tokens)]):
+        return Interval(0.0, 0.0, 0.0, 0.0, 1.0)
     half = _quantile(df) * stderr
     return Interval(delta, stderr, delta - half, delta + half, _p_value(delta, stderr, df))
+
+
+def float_zero(delta: float, stderr: float, scores: Sequence[float]) -> bool:
+    """Whether a change is float rounding, not a measurement: the change and its standard error both within NOISE
+    (1e-9, the precision the records must reproduce a score to) of the scale of the scores it is made of (at least
+    1). Every choice moved by exactly the same amount leaves a margin change of ~1e-16 with a ~1e-17 standard error,
+    an interval that excludes 0 and would be flagged; such a change is exactly 0, its interval [0, 0], p 1."""
+    scale = max([1.0] + [abs(x) for x in scores if math.isfinite(x)])
+    return abs(delta) <= NOISE * scale and (stderr != stderr or abs(stderr) <= NOISE * scale)
 
 
 def resample_indices(strata: np.ndarray, resamples: int = RESAMPLES, seed: int = SEED) -> np.ndarray:

@@ -72,17 +72,38 @@ def detectable_lines(s: dict) -> list[str]:
     from layerprobe.evaluation.metric import METRICS
 
     out = []
+    few = s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
     for label, d in (s.get("detectable") or {}).items():
         if d.get("change") is None or d["change"] != d["change"]:
             continue
         unit = ("sequences" if str(s.get("metric")) in METRICS else
                 "questions" if s.get("chance_test") or "gold loglikelihood" in s["detectable"] else "documents")
         what = "a gold-answer loglikelihood change (nats)" if label == "gold loglikelihood" else f"{article_of(label)} {label} change"
+        if few:  # nothing is tested: the number sizes a test the run does not make, from an uncertain stderr
+            out.append(f"With {d['documents']:,} {unit} (fewer than {s['min_documents']}) no change is tested; a test "
+                       f"would miss {what} smaller than about {d['change']:.3g} (minimum detectable effect at "
+                       f"{d['power']:.0%} power and 0.05 / {d['family']}, from a median paired stderr of "
+                       f"{d['stderr']:.3g} that {d['documents']:,} {unit} themselves estimate poorly).")
+            continue
         out.append(f"With {d['documents']:,} {unit}, {what} smaller than {d['change']:.3g} cannot be seen (minimum "
                    f"detectable effect: {d['power']:.0%} power, two-sided at {d['level']:.2g} = 0.05 / {d['family']}, "
                    f"Holm's worst step over the family of {d['family']}; median paired stderr {d['stderr']:.3g}): "
                    "\"not measurable\" below it does not mean equivalent.")
     return out
+
+
+def predates_records(s: dict, table: Any) -> list[str]:
+    """A prune or curve run scored before per-document records (none in summary.json, no interval in its table)
+    says so before any number."""
+    if s.get("records") or s.get("detectable") or (table is not None and "delta_lo" in table
+                                                    and table["delta_lo"].notna().any()):
+        return []
+    return [PREDATES_RECORDS]
+
+
+PREDATES_RECORDS = ("This run predates per-document records (samples.csv.gz): it has no paired intervals, no tests "
+                    "and no minimum detectable effect, so every number below is a point estimate without an "
+                    "interval; score it again for decisions.")
 
 
 def article_of(word: str) -> str:
@@ -98,9 +119,9 @@ def chance_lines(s: dict, most: int = 8) -> list[str]:
     score = base["correct"] / base["n"]
     if base["p"] > 0.05:
         return [f"The unpruned {metric} {score:.3g} ({base['correct']} of {base['n']}) cannot be told from chance "
-                f"{chance:g} (exact binomial, two-sided p {base['p']:.2g}): removing a layer cannot lower what the "
-                "model does not know, so no removal's ranking on it means anything; use a task the model can do, or "
-                "more documents."]
+                f"{chance:g} (exact binomial, two-sided p {base['p']:.2g}): a score not shown to be above chance has "
+                f"little room to fall, so a removal's {metric} change says little about the layer; use a task the "
+                "model can do, or more documents."]
     out = [f"The unpruned {metric} {score:.3g} ({base['correct']} of {base['n']}) is above chance {chance:g} "
            f"(exact binomial, two-sided p {base['p']:.2g}), by {score - chance:+.3g}."]
     flat = test.get("variants_at_chance") or []

@@ -472,4 +472,4 @@ def test_the_margin_tells_less_sure_from_everything_less_likely():
          "baseline": acc["unpruned"], "records": "samples.csv.gz", **prune_decisions(table, records, "t", "acc")}
     text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": table})))
     assert "Without 1 of those 2 the model got less sure of the right answer" in text and "1 (margin -0.996" in text
-    assert "Without 1 of them everything got less likely" in text and "3 (margin" in text
+    assert "Without 1 of them the drop cannot be told from everything getting less likely" in text and "3 (margin" in text

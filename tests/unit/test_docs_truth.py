@@ -85,6 +85,19 @@ def curve_score(run: str, strategy: str, k: int) -> pd.Series:
     return table[(table["strategy"] == strategy) & (table["k"] == k)].iloc[0]
 
 
+def _together(run: str) -> int:
+    """The largest k up to which angular, Block Influence and greedy stay within 0.1 of each other at every k."""
+    table = rows(run, "curve").pivot(index="k", columns="strategy", values="score")[["angular", "bi", "greedy"]]
+    spread = (table.max(axis=1) - table.min(axis=1)) <= 0.1
+    return int(spread.index[~spread.cummin()].min() - 1) if not spread.all() else int(spread.index.max())
+
+
+def _sequences(run: str) -> int:
+    """Probe sequences of a task-free run: its tokens over its seq_len."""
+    s = summary(run)
+    return s["tokens"] // s["seq_len"]
+
+
 def thousands(x: float) -> str:
     return f"{round(x, -3):,.0f}"
 
@@ -103,6 +116,17 @@ REPAIR = "reports/examples/smollm2-repair/k7-12-18-lstsq-defaults"
 SMOL_ANGULAR, SMOL_KL, SMOL_PPL = (f"reports/demo/smollm2-{r}" for r in ("angular", "prune-kl", "prune-ppl"))
 ARC, ARC_CURVE = "reports/examples/smollm2-prune-arc_easy", "reports/examples/smollm2-curve-arc_easy"
 MMLU = "reports/examples/smollm2-prune-mmlu-5shot-limit10"
+GEMMA_CURVE = "reports/examples/gemma3-curve-arc_easy"
+ANATOMY, HEALED_CURVE = "reports/examples/smollm2-prune-mmlu_anatomy-5shot", "reports/examples/smollm2-curve-ppl-healed"
+
+
+def _verdicts(run: str) -> list[str]:
+    """A curve's two verdicts as its findings word them: 'no' k can go (every strategy's max_k 0), 'no' strategy
+    measurably better (strategy_test best null); else the strategy's name."""
+    s = summary(run)
+    can_go = "no" if all(v["max_k"] == 0 for v in s["curve"].values()) else "some"
+    best = s["strategy_test"]["best"] or "no"
+    return [can_go, best]
 
 
 def _smollm2_angular(run: str) -> list[str]:
@@ -185,6 +209,12 @@ QUOTES = [
     Quote("README.md", "removing the last k layers is the worst choice by far (kl {} nats for one layer, {} for four)",
           "reports/examples/smollm2-curve-kl",
           lambda run: [f"{curve_score(run, 'last', k)['score']:.1f}" for k in (1, 4)]),
+    Quote("README.md", "angular, Block Influence and greedy stay within 0.1 nats of each other up to {} layers (point "
+          "estimates from {} probe sequences, too few to test); none is within `--keep 0.95`.",
+          "reports/examples/smollm2-curve-kl", lambda run: [str(_together(run)), str(_sequences(run))]),
+    Quote("docs/guide.md", "the three informed strategies stay within 0.1 nats of each other up to {} layers (point "
+          "estimates: {} probe sequences are fewer than the 10 a test needs", "reports/examples/smollm2-curve-kl",
+          lambda run: [str(_together(run)), str(_sequences(run))]),
     Quote("README.md", "100 validation questions, {} unpruned): **no k can go** at `--keep 0.95` on the bound "
           "(non-inferiority, one-sided 97.5%); angular's {} ({} layers, {}) is inside only by its point, and its bound "
           "would need about {} questions.", ARC_CURVE, _arc_curve),
@@ -212,7 +242,61 @@ QUOTES = [
           lambda run: [f"{summary(run)['detectable']['acc']['change']:.3f}",
                        f"{summary(run)['detectable']['gold loglikelihood']['change']:.2f}"]),
     Quote("docs/guide.md", "it drops measurably without {} of 30", MMLU, lambda run: [str(loglik_drops(run))]),
+    # Gemma 3's ARC-Easy curve (re-run with records, 2026-11-28)
+    Quote("README.md", "On ARC-Easy (`reports/examples/gemma3-curve-arc_easy`, 50 questions, {} unpruned) {} k can go "
+          "at `--keep 0.95` on the bound, {} strategy is measurably better; it cannot see acc changes under {}.",
+          GEMMA_CURVE,
+          lambda run: [f"{summary(run)['baseline']:.2f}", *_verdicts(run),
+                       f"{summary(run)['detectable']['acc']['change']:.2f}"]),
+    Quote("reports/examples/README.md", "{} unpruned; at `--keep 0.95` {} k can go on the bound (non-inferiority, "
+          "one-sided 97.5%) for any strategy, and {} strategy is measurably better than another (McNemar, Holm over "
+          "the k's); an acc change under {} cannot be seen with 50 questions", GEMMA_CURVE,
+          lambda run: [f"{summary(run)['baseline']:.2f}", *_verdicts(run),
+                       f"{summary(run)['detectable']['acc']['change']:.2f}"]),
+    Quote("reports/examples/README.md", "--batch-size 8` ({} wall by its manifest, single-threaded, shared machine; "
+          "`state.json` left out; 11 min in the first run, 2026-11-24)", GEMMA_CURVE, lambda run: [wall(run)]),
+    # SmolLM2 5-shot MMLU anatomy and the healed ppl curve (re-run with records, 2026-11-28)
+    Quote("reports/examples/README.md", "acc {} ({} of 10), not told from chance 0.25 (exact binomial p {}); no acc "
+          "change survives Holm over 30, and none under {} could be seen with 10 questions; the gold loglikelihood "
+          "drops measurably without {} of 30", ANATOMY,
+          lambda run: [f"{summary(run)['baseline']:.1f}", str(summary(run)["chance_test"]["baseline"]["correct"]),
+                       f"{summary(run)['chance_test']['baseline']['p']:.0f}",
+                       f"{summary(run)['detectable']['acc']['change']:.2f}", str(loglik_drops(run))]),
+    Quote("reports/examples/README.md", "--batch-size 8` ({} wall by its manifest, single-threaded, shared machine; "
+          "`state.json` left out; 7 min 41 s in the first run", ANATOMY, lambda run: [wall(run)]),
+    Quote("reports/examples/README.md", "{} probe sequences are fewer than the {} a test needs, so no k is judged on "
+          "the bound and no healing change is tested (a test would miss a ppl change under about {})", HEALED_CURVE,
+          lambda run: [str(summary(run)["documents"]), str(summary(run)["min_documents"]),
+                       f"{summary(run)['detectable']['ppl']['change']:.0f}"]),
+    Quote("reports/examples/README.md", "see docs/heal.md ({} wall by its manifest, single-threaded, shared machine",
+          HEALED_CURVE, lambda run: [wall(run)]),
+    Quote("docs/heal.md", "single-threaded on the shared machine, {}, the same numbers below", HEALED_CURVE,
+          lambda run: [wall(run)]),
+    Quote("reports/examples/README.md", "the same {} sets and scores as the first run; {} probe sequences are fewer "
+          "than the {} a test needs, so no k is judged on the bound and no strategy is tested (a test would miss a "
+          "kl change under about {})", "reports/examples/smollm2-curve-kl",
+          lambda run: [str(summary(run)["sets_scored"]), str(summary(run)["documents"]),
+                       str(summary(run)["min_documents"]), f"{summary(run)['detectable']['kl']['change']:.2f}"]),
+    Quote("reports/examples/README.md", "--max-removed 8` ({} wall by its manifest, single-threaded, shared machine",
+          "reports/examples/smollm2-curve-kl", lambda run: [wall(run)]),
+    Quote("bench/README.md", "single-threaded on the shared machine: {} by its manifest.",
+          "reports/examples/smollm2-curve-kl", lambda run: [wall(run)]),
+    Quote("docs/heal.md", "| 0 | - | {} | {} (healed alike) | - | {} | {} |", HEALED_CURVE,
+          lambda run: [f"{summary(run)['baseline']:.2f}", f"{summary(run)['healed_baseline']:.2f}"] * 2),
+    Quote("docs/heal.md", "| 4 | {} | {} | {} | {} | {} | {} |", HEALED_CURVE,
+          lambda run: [*_healed_point(run, "angular", 4, 1), *_healed_point(run, "last", 4, 0)]),
 ]
+
+
+def _healed_point(run: str, strategy: str, k: int, digits: int) -> list[str]:
+    """A healed curve's (set, ppl, healed ppl) as docs/heal.md's table prints them."""
+    row = curve_score(run, strategy, k)
+    return [str(row["removed"]), f"{row['score']:,.{digits}f}", f"{row['healed_score']:,.{digits}f}"]
+
+
+def wall(run: str) -> str:
+    """A run's wall time as its manifest records it."""
+    return minutes(json.loads((ROOT / run / "manifest.json").read_text(encoding="utf-8"))["wall_seconds"])
 
 
 def minutes(seconds: float) -> str:

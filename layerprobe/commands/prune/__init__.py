@@ -50,8 +50,9 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "gold-loglikelihood changes, as `significant` decides for dP (False without an interval)", number=False,
            optional=True),
     Column("margin_delta", "multiple choice, acc rows: mean change of the margin, the gold choice's loglikelihood "
-           "minus the best wrong choice's (from the records' choice_loglik_<i>): it falls when the model gets less "
-           "sure of the right answer, not when every choice gets less likely alike", "nats", optional=True),
+           "minus the best wrong choice's (from the records' choice_loglik_<i>; acc_norm rows: of the loglikelihoods "
+           "per character, choice_loglik_<i> / choice_chars_<i>, as acc_norm compares them): it falls when the model "
+           "gets less sure of the right answer, not when every choice gets less likely alike", "nats", optional=True),
     Column("margin_lo", "lower end of its paired 95% interval", "nats", optional=True),
     Column("margin_hi", "upper end of its paired 95% interval", "nats", optional=True),
     Column("margin_p_value", "two-sided p-value of margin_delta = 0 before correction", optional=True),
@@ -77,6 +78,8 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
            optional=True),
     Column("choice_loglik_<i>", "multiple choice: the loglikelihood of choice i (0-based; lm-eval's own per-choice "
            "loglikelihood; empty past a document's last choice)", "nats", optional=True),
+    Column("choice_chars_<i>", "multiple choice: the length of choice i in characters, what acc_norm divides its "
+           "loglikelihood by (empty past a document's last choice)", optional=True, whole=True),
     Column("tokens", "ppl, kl, drift: positions of the sequence", optional=True, whole=True),
     Column("total", "ppl, kl, drift: the sequence's sum over its positions (next-token NLL, KL, 1 - cos); the score is "
            "sum(total) / sum(tokens) over the sequences (ppl: its exp)", optional=True),
@@ -223,8 +226,10 @@ CURVE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
         required=False, optional=True),
     Key("strategy_test", MAPPING, "which strategy is best: the candidate (most layers that can go) against each other "
         "strategy, a paired test at each k where their sets differ on the same documents, Holm over the k's "
-        "compared (against: compared, better_at, worse_at, smallest_adjusted_p); best: the candidate when it is "
-        "measurably better than every other, else null; null without records", required=False, optional=True),
+        "compared (against: compared, better_at, worse_at, smallest_adjusted_p); clustered: true where the run's "
+        "intervals are cluster-robust by subtask and so is each test (CR1, t with G - 1 df), else McNemar's exact "
+        "test or the paired t; best: the candidate when it is measurably better than every other, else null; null "
+        "without records", required=False, optional=True),
 ) + DECISIONS
 READ = f"{__name__}.read:"  # read.py: prune runs' findings, per-layer table, overlay and comparer (first use)
 READ_CURVE = f"{__name__}.read_curve:"  # read_curve.py: curve runs' findings, table and comparer

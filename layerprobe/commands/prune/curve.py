@@ -296,6 +296,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
     metric = check_metric(config.metric, list(dict.fromkeys(r["metric"] for r in ledger.rows)))
     scores = with_records(folder, pd.DataFrame(ledger.rows, columns=COLUMNS), ledger.records, config.task,
                           task.facts(job).get("groups"), metric, config.family, config.cluster)
+    estimand = interval_estimand(ledger.records, metric, config.task, task.facts(job).get("groups"), config.cluster)
     healed_found = healed_intervals(ledger.records, metric, [v.label for v in job.variants]) if healed else None
     table = curve_table(sets, scores.to_dict("records"), metric, higher, settings.keep, num_layers, healed,
                         settings.keep_by, healed_found)
@@ -315,9 +316,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                "heal_seconds": round(heal_seconds, 3) if healed else None,
                "records": "samples.csv.gz" if ledger.records else None, "correction": CORRECTION,
                **curve_decisions(table, ledger.records, config.task, metric, higher, settings.keep, settings.keep_by,
-                                 scores),
-               "interval_estimand": interval_estimand(ledger.records, metric, config.task,
-                                                      task.facts(job).get("groups"), config.cluster),
+                                 scores, estimand),
+               "interval_estimand": estimand,
                "seconds": round(seconds, 3), "warnings": warnings}
     figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
                         f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "

@@ -51,7 +51,9 @@ def _median_stderr(values: Any) -> float:
 
 def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
     """{label: {documents, stderr (the median paired stderr over the variants), family, level, power, change}} for
-    the metric's dP and, for multiple choice, its gold loglikelihood change."""
+    the metric's dP and, for multiple choice, its gold loglikelihood change. A variant whose paired stderr is 0 (a
+    0/1 score no document of which changed) counts with its reported interval's half-width / 1.96 instead: a run
+    that saw no change has not shown it would see every change."""
     main = table[table["metric"] == metric]
     if family < 1 and "delta_stderr" in main:  # too few documents to test: the family a test would run over
         family = int(main["delta_stderr"].notna().sum())
@@ -62,8 +64,10 @@ def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
         if column == "loglik_lo":  # the loglikelihood's stderr from its interval (normal: conservative beside t)
             from layerprobe.evaluation.records import Z95
             stderr = _median_stderr((main["loglik_hi"] - main["loglik_lo"]) / (2 * Z95))
-        else:
-            stderr = _median_stderr(main[column])
+        else:  # a 0/1 change with no document changed has stderr 0: its Newcombe interval's width stands in
+            from layerprobe.evaluation.records import Z95
+            width = (main["delta_hi"] - main["delta_lo"]) / (2 * Z95) if "delta_hi" in main else main[column]
+            stderr = _median_stderr(main[column].where(main[column] > 0, width))
         size = max(1, family)
         out[label] = {"documents": n, "stderr": stderr, "family": size, "level": ALPHA / size, "power": POWER,
                       "change": detectable(stderr, size)}
@@ -215,23 +219,31 @@ def margin_of(metric: str, higher: bool, baseline: float, keep: float) -> float:
     return (baseline - edge) if higher else (edge - baseline)
 
 
-def _pair_test(wide: Any, metric: str, mine: str, other: str) -> tuple[float, float] | None:
+def _pair_test(wide: Any, metric: str, mine: str, other: str, clustered: bool = False) -> tuple[float, float] | None:
     """(score(mine) - score(other), its p-value) on the same documents: McNemar's exact test for 0/1 scores, else
-    the paired interval's (evaluation/records.py)."""
+    the paired interval's (evaluation/records.py); clustered (the run's intervals are cluster-robust by subtask):
+    the subtask-clustered paired t test (CR1, G - 1 df) of a mean score, as prune.csv's intervals are."""
     from layerprobe.evaluation.records import paired_change, statistic
+    from layerprobe.metrics.decisions import clustered_mean_change
 
     column, stat = statistic(metric)
     found = paired_change(wide, column, stat, other, mine)
     if found.p != found.p:
         return None
     values = wide.column(column)
+    if clustered and stat.kind == "mean":
+        tasks = values.index.get_level_values("task")
+        change, _, _, _, p = clustered_mean_change(values[other].to_numpy(), values[mine].to_numpy(), tasks)
+        return (change, p) if p == p else None
     exact = mcnemar(values[other].to_numpy(), values[mine].to_numpy()) if stat.kind == "mean" else None
     return found.delta, exact if exact is not None else found.p
 
 
-def strategy_test(table: Any, records: Any, metric: str, higher: bool, candidate: str) -> dict | None:
+def strategy_test(table: Any, records: Any, metric: str, higher: bool, candidate: str,
+                  clustered: bool = False) -> dict | None:
     """The candidate strategy against each other: a paired test at every k where their sets differ, on the same
-    documents, Holm over the k's compared (per pair). None without records."""
+    documents, Holm over the k's compared (per pair); clustered: each test cluster-robust by subtask (CR1, t with
+    G - 1 df), the estimand of the run's intervals. None without records."""
     wide = _wide(records)
     if wide is None:
         return None
@@ -243,7 +255,7 @@ def strategy_test(table: Any, records: Any, metric: str, higher: bool, candidate
         tests = {}
         for (strategy, k), label in sets.items():
             if strategy == candidate and (other, k) in sets and sets[(other, k)] != label:
-                found = _pair_test(wide, metric, label, sets[(other, k)])
+                found = _pair_test(wide, metric, label, sets[(other, k)], clustered)
                 if found is not None:
                     tests[k] = found
         ks = sorted(tests)
@@ -254,9 +266,14 @@ def strategy_test(table: Any, records: Any, metric: str, higher: bool, candidate
         against[other] = {"compared": len(ks), "better_at": good, "worse_at": bad,
                           "smallest_adjusted_p": min(adjusted) if adjusted else None}
     measured = [o for o, t in against.items() if t["better_at"] and not t["worse_at"]]
-    return {"test": "paired McNemar's exact test (0/1 scores) or paired t at each k on the same documents, Holm over "
-            "the k's compared per pair", "candidate": candidate, "against": against,
+    test = (STRATEGY_TEST_CLUSTERED if clustered else "paired McNemar's exact test (0/1 scores) or paired t at each k "
+            "on the same documents, Holm over the k's compared per pair")
+    return {"test": test, "candidate": candidate, "against": against, "clustered": clustered,
             "best": candidate if against and len(measured) == len(against) else None}
+
+
+STRATEGY_TEST_CLUSTERED = ("paired t at each k on the same documents, cluster-robust by subtask (CR1, Student's t with "
+                           "G - 1 df, as the run's intervals), Holm over the k's compared per pair")
 
 
 def _candidate(table: Any, found: dict, higher: bool) -> str:
@@ -266,10 +283,11 @@ def _candidate(table: Any, found: dict, higher: bool) -> str:
 
 
 def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bool, keep: float, keep_by: str,
-                    scores: Any = None) -> dict:
+                    scores: Any = None, estimand: dict | None = None) -> dict:
     """The summary keys of a curve's decisions (`curve` itself among them). Under bound with fewer than
     MIN_DOCUMENTS documents no k is judged: `table`'s `within` is set False in place (one probe sequence has no
-    interval at all; two have one with 1 degree of freedom)."""
+    interval at all; two have one with 1 degree of freedom). estimand: the run's interval_estimand (records.py);
+    where it is clustered by subtask, the strategy test is too."""
     n = documents(records, metric)
     if keep_by == "bound" and n < MIN_DOCUMENTS:
         table["within"] = False
@@ -279,8 +297,8 @@ def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bo
     out = {"curve": found, "documents": n, "min_documents": MIN_DOCUMENTS,
            "keep_rule": BOUND_RULE if keep_by == "bound" else POINT_RULE,
            "keep_level": ONE_SIDED if keep_by == "bound" else None,
-           "strategy_test": strategy_test(table, records, metric, higher, _candidate(table, found, higher))
-           if len(found) > 1 else None,
+           "strategy_test": strategy_test(table, records, metric, higher, _candidate(table, found, higher),
+                                          (estimand or {}).get("name") == "clustered") if len(found) > 1 else None,
            "detectable": detectable_changes(scores if scores is not None else table, metric, family, n) if n else {},
            "chance_test": chance_tests(records, task, metric)}
     return out

@@ -11,8 +11,8 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
-from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, ranked, signed,
-                                       where_in_depth)
+from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, predates_records,
+                                        ranked, signed, where_in_depth)
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -41,7 +41,8 @@ def _measured(main: Any, higher: bool, s: dict) -> list[str]:
     if worse.empty and better.empty:
         known = int(order["delta_lo"].notna().sum())
         out.append(f"No removal changes {s['metric']} measurably: none of the {known} removals with an interval "
-                   f"passes ({rule}). Its ranking is noise at this many documents; score more for a finer answer.")
+                   f"passes ({rule}). Their order is not established at this many documents; score more for a finer "
+                   "answer.")
         return out + _loglik_measured(order)
     if len(worse):
         out.append(f"Measurably worse without {len(worse)} of {n} removals ({rule}): {_listed(worse)}.")
@@ -96,9 +97,9 @@ def _margin_measured(known: Any, lower: Any) -> list[str]:
                    "margin (the gold choice's loglikelihood minus the best wrong choice's, nats; Holm over "
                    f"{len(known)}) drops measurably too: {shown(surer)}.")
     if len(alike):
-        out.append(f"Without {len(alike)} of them everything got less likely: the gold answer's loglikelihood drops "
-                   "but its margin over the best wrong choice does not measurably (Holm over "
-                   f"{len(known)}): {shown(alike)}.")
+        out.append(f"Without {len(alike)} of them the drop cannot be told from everything getting less likely: the "
+                   "gold answer's loglikelihood drops but its margin over the best wrong choice does not measurably "
+                   f"(Holm over {len(known)}): {shown(alike)}.")
     return out
 
 
@@ -135,11 +136,11 @@ def prune_findings(run: Run) -> list[str]:
     main = table[table["metric"] == s["metric"]]
     higher = s.get("higher_is_better", True)
     out = [] if not has_baseline(s["metric"]) else [f"Unpruned {s['metric']} = {s['baseline']:.4g}."]
-    out += detectable_lines(s)
+    out += predates_records(s, main) + detectable_lines(s)
     chance = at_chance(s, main) if not s.get("chance_test") else None
     if chance is not None:
         out.append(f"The unpruned model scores at chance ({s['metric']} {s['baseline']:.3g}, chance {chance:g}): "
-                   "removing a layer cannot lower what it does not know, so the ranking below is noise; use a task "
+                   "a score at chance has little room to fall, so the ranking below says little; use a task "
                    "the model can do, or more documents.")
     out += chance_lines(s)
     few = bool(s.get("records")) and s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
@@ -179,14 +180,14 @@ def _clustered(s: dict, main: Any) -> list[str]:
     if is_clustered:
         head = (f"The estimand: prune.csv's intervals and Holm flags are cluster-robust by subtask (CR1, Student's t "
                 f"with {g - 1} df over the {g} subtasks, --cluster subtask, the default: questions of a subtask share "
-                "its few-shot prefix and move together, so they are not independent draws); treating the subtasks "
-                "as fixed strata instead (--cluster none) would give, Holm over the same family: ")
+                "its few-shot prefix and may move together, so they are not taken as independent draws); treating the "
+                "subtasks as fixed strata instead (--cluster none) would give, Holm over the same family: ")
     else:
         why = (f" (--cluster subtask clusters only a group of at least {estimand['min_clusters']} subtasks)"
                if estimand.get("cluster") == "subtask" else "")
         head = (f"The estimand: prune.csv's intervals treat the {g} subtasks as fixed strata{why} (the score over "
                 "these subtasks, documents independent); clustered by subtask (CR1, t with "
-                f"{g - 1} df, for questions of a subtask that share a few-shot prefix and move together), "
+                f"{g - 1} df, for questions of a subtask that share a few-shot prefix and may move together), "
                 "Holm over the same family: ")
     return [head + "; ".join(parts) + "."]
 
@@ -197,7 +198,8 @@ def _exploratory(table: Any, s: dict) -> list[str]:
     if "family" not in table or table["delta_lo"].isna().all() or s.get("family", {}).get("name") == "all":
         return []
     outside = table[(table["family"] == 0) & table["delta_lo"].notna()]
-    if outside.empty:
+    outside = outside[outside["metric"] != s.get("metric")]  # the main metric's untested rows (too few documents)
+    if outside.empty:  # are said so where they are ranked
         return []
     apart = outside[(outside["delta_lo"] > 0) | (outside["delta_hi"] < 0)]
     named = ", ".join(f"{r.metric} without {r.removed}" for r in apart.head(6).itertuples())
@@ -233,10 +235,14 @@ def _correlations(s: dict, n: int, higher: bool) -> list[str]:
                        "layers to tell.")
         else:
             low, high = interval
-            sure = "" if low > 0 or high < 0 else "; the interval includes 0, so this could be chance"
-            out.append(f"The angular distance d(l, 1) {strength} predicts the cost of removal (Spearman with the cost "
-                       f"{cost:+.2f}, 95% interval {low:+.2f} to {high:+.2f} over {n} layers{sure}; the cost is "
-                       f"{'-dP: higher is better' if higher else 'dP: lower is better'}): {how}.")
+            sign = f"the cost is {'-dP: higher is better' if higher else 'dP: lower is better'}"
+            if low > 0 or high < 0:
+                out.append(f"The angular distance d(l, 1) {strength} predicts the cost of removal (Spearman with the "
+                           f"cost {cost:+.2f}, 95% interval {low:+.2f} to {high:+.2f} over {n} layers; {sign}): {how}.")
+            else:  # an interval that includes 0 supports no direction, strong or weak
+                out.append(f"The angular distance d(l, 1) does not measurably predict the cost of removal (Spearman "
+                           f"with the cost {cost:+.2f}, 95% interval {low:+.2f} to {high:+.2f} over {n} layers, which "
+                           f"includes 0; {sign}).")
     signals = s.get("spearman_delta") or {}
     if len(signals) > 1:
         names = {"angular": "d(l, 1)", "block_influence": "Block Influence", "logit_lens_kl": "logit-lens KL"}
@@ -267,8 +273,8 @@ def _trust(test: dict | None, names: dict, best: str, interval: tuple) -> str:
     if test.get("separates"):
         return (f"the one to trust for this model is {names.get(best, best)}: its rho exceeds {other}'s by {gap} "
                 f"({how}).")
-    return (f"{alone}, but the signals agree: its rho minus {other}'s is {gap} ({how}), so no signal is to be "
-            "preferred over the others.")
+    return (f"{alone}, but the signals agree: its rho minus {other}'s is {gap} ({how}), so neither of the two is "
+            "to be preferred over the other.")
 
 
 def at_chance(summary: dict, main: Any) -> float | None:

@@ -8,7 +8,7 @@ from typing import Any
 from layerprobe.commands.prune.read import Noise
 from layerprobe.errors import RunError
 from layerprobe.metrics.decisions import ONE_SIDED
-from layerprobe.report.findings import chance_lines, detectable_lines, signed
+from layerprobe.report.findings import chance_lines, detectable_lines, predates_records, signed
 from layerprobe.runs.compare import Check, Comparison, outside, same_keys
 from layerprobe.runs.read import Run
 
@@ -45,7 +45,7 @@ def curve_findings(run: Run) -> list[str]:
         level = s.get("keep_level") or ONE_SIDED
         tolerance += f" even at the worse end of its paired 95% interval (non-inferiority, one-sided {level:.1%})"
     table = run.tables.get("curve")
-    out = detectable_lines(s) + chance_lines(s)
+    out = predates_records(s, table) + detectable_lines(s) + chance_lines(s)
     few = _too_few(s, bound)
     if few:
         out.append(few)
@@ -155,7 +155,8 @@ def _healed(run: Run) -> list[str]:
         last = rows.sort_values("k").iloc[-1]
         text = (f"{strategy} healed ({how}): without {int(last['k'])} layers {s['metric']} "
                 f"{last['score']:.4g} -> {last['healed_score']:.4g}, against {reference:.4g} for the {alike}")
-        out.append(text + _healed_intervals(last) + ".")
+        few = (s.get("documents") or 0) < (s.get("min_documents") or 0)  # no verdict from too few sequences
+        out.append(text + (" (too few sequences to test these changes)" if few else _healed_intervals(last)) + ".")
     return out
 
 

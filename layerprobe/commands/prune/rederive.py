@@ -64,7 +64,7 @@ def _curve(run: Any, records: list[dict], family: str, keep_by: str, cluster: st
 
     from layerprobe.commands.prune.curve import curve_table
     from layerprobe.commands.prune.decide import curve_decisions
-    from layerprobe.evaluation.records import healed_intervals, interval_estimand
+    from layerprobe.evaluation.records import UNPRUNED, healed_intervals, interval_estimand
 
     s, higher, metric = run.summary, bool(run.summary.get("higher_is_better", True)), run.summary["metric"]
     scores = _intervals(run, "scores", records, family, cluster)
@@ -72,14 +72,15 @@ def _curve(run: Any, records: list[dict], family: str, keep_by: str, cluster: st
     healed = {str(r.removed): float(r.healed_score) for r in old.itertuples()
               if "healed_score" in old and r.healed_score == r.healed_score}
     if healed and s.get("healed_baseline") is not None:
-        healed["unpruned"] = s["healed_baseline"]
-    found = healed_intervals(records, metric, list(healed)) if healed else None
+        healed[UNPRUNED] = s["healed_baseline"]
+    sets = [label for label in healed if label != UNPRUNED]  # the unpruned model healed alike is the reference
+    found = healed_intervals(records, metric, sets) if healed else None
     table = curve_table(_sets(old, s["num_layers"]), scores.to_dict("records"), metric, higher, s["keep"],
                         s["num_layers"], healed or None, keep_by, found)
     if not healed:
         table["healed_score"] = math.nan
-    decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores)
     estimand = interval_estimand(records, metric, s.get("task", ""), s.get("groups"), cluster)
+    decided = curve_decisions(table, records, s.get("task", ""), metric, higher, s["keep"], keep_by, scores, estimand)
     return {"keep_by": keep_by, **decided, "interval_estimand": estimand}, {"curve": table, "scores": scores}
 
 
