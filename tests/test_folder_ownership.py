@@ -186,3 +186,21 @@ def test_an_unwritable_out_is_one_line(command, model_dirs, tmp_path):
         result = invoke(*run_args(command, model_dirs, target))
         assert_error(result, "--out")
         assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_a_verdict_never_goes_inside_a_third_run(overwrite, tmp_path):
+    """compare --out onto a file of a run it does not compare (another run's summary.json, one its manifest lists)
+    or a new file inside that run: refused, with --overwrite too, the run as it was (an independent replay found the
+    summary replaced by the verdict text, exit 0); beside the runs it is written."""
+    from tests.helpers import DEMO_REFERENCE
+
+    run, third = tmp_path / "angular", tmp_path / "third"
+    shutil.copytree(DEMO_REFERENCE / "angular", run)
+    shutil.copytree(DEMO_REFERENCE / "angular", third)
+    before = {p.name: p.read_bytes() for p in third.iterdir() if p.is_file()}
+    more = ["--overwrite"] if overwrite else []
+    for out in (third / "summary.json", third / "verdict.txt"):
+        assert_error(invoke("compare", run, run, "--out", out, *more), f"lies inside the layerprobe run '{third}'")
+    assert {p.name: p.read_bytes() for p in third.iterdir() if p.is_file()} == before
+    assert invoke("compare", run, run, "--out", tmp_path / "verdict.txt", *more).exit_code == 0

@@ -27,12 +27,13 @@ def compare(
 
     from layerprobe.config import find_project_config
     from layerprobe.runs.compare import compare_folders, is_verdict, parse_tolerances, render
-    from layerprobe.runs.folder import atomic_write_text, check_file_owned, check_out_apart
+    from layerprobe.runs.folder import atomic_write_text, check_file_owned, check_not_in_run, check_out_apart
 
     output = output if output is not None else output_alias
     if output is not None:  # before anything is compared: a user's file there is never replaced
         call(check_path, output, "--out")
         call(check_out_apart, output, {"the baseline": baseline, "the new run": new})  # nor a file of either run
+        call(check_not_in_run, output, "--out", is_verdict)  # nor a file of a third run, --overwrite or not
         call(check_file_owned, Path(output), is_verdict, "--out", overwrite)
     project, _ = call(find_project_config)
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))

@@ -226,6 +226,25 @@ def enclosing_run(path: str | Path) -> Path | None:
     return None
 
 
+def check_not_in_run(out: str | Path, option: str, is_ours: Callable[[str], bool]) -> None:
+    """A file a command writes beside runs (compare's verdict) never goes inside a layerprobe run folder: it would
+    replace one of that run's files (its summary.json) or add one its record does not list. An earlier file of the
+    same writer there (is_ours(its first 4 kB)) may be replaced."""
+    run = enclosing_run(out)
+    if run is None:
+        return
+    path = Path(out).expanduser()
+    try:
+        head = path.read_bytes()[:4096].decode("utf-8", "replace") if path.is_file() else ""
+    except OSError:
+        head = ""
+    if head and is_ours(head):
+        return
+    raise RunError(f"{option} '{out}' lies inside the layerprobe run '{run}': it would "
+                   + ("replace one of that run's files" if path.exists() else "add a file its record does not list")
+                   + f"; pass a path outside run folders (e.g. '{run.parent / 'verdict.txt'}').")
+
+
 def run_folder_note(path: Path) -> str | None:
     """"'x' is a heal run folder, not a model: its checkpoint is 'x/merged'" for a layerprobe run folder given as
     MODEL (None for any other path): model loading and heal say it instead of "no config.json"."""
