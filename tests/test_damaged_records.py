@@ -46,6 +46,7 @@ DAMAGE = {  # how -> (damage the file, what the one line says)
     "duplicated row": (lambda p: put(p, [*lines(p), lines(p)[1]]), "repeats the row"),
     "missing column": (lambda p: _drop_column(p, "doc_id"), "lacks the column 'doc_id'"),
     "non-number": (lambda p: _non_number(p, "total"), "row 1, column total"),
+    "task's column gone": (lambda p: _drop_column(p, "total"), "lacks the column 'total'"),  # declared optional
 }
 
 
@@ -100,6 +101,17 @@ def test_a_shard_from_a_newer_version_names_its_unknown_setting(made, tmp_path):
     result = invoke("merge", made["shard-1"], shard, "--out", tmp_path / "merged")
     assert_error(result, "future_knob, data.future_data_knob")
     assert "newer layerprobe" in result.output
+
+
+def test_a_shard_summary_from_a_newer_version_names_its_unknown_key(made, tmp_path):
+    """merge carries its shards' summaries on: a key this version does not declare is named, never dropped."""
+    shard = tmp_path / "shard-2"
+    shutil.copytree(made["shard-2"], shard)
+    summary = json.loads((shard / "summary.json").read_text())
+    (shard / "summary.json").write_text(json.dumps({**summary, "future_setting": 3}))
+    result = invoke("merge", made["shard-1"], shard, "--out", tmp_path / "merged")
+    assert_error(result, "does not know (future_setting)")
+    assert "summary.json" in result.output and not (tmp_path / "merged").exists()
 
 
 def test_merge_says_when_a_shards_missing_records_drop_the_intervals(made, tmp_path):

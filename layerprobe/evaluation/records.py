@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from layerprobe.errors import NumericsError
+from layerprobe.errors import NumericsError, RunError
 from layerprobe.metrics.decisions import MIN_CLUSTERS, MIN_DOCUMENTS, SMALL, newcombe_paired
 from layerprobe.metrics.paired import CORRECTION, Interval, Statistic, contrast, holm, mcnemar, score
 
@@ -149,7 +149,33 @@ def read_frame(folder: Path) -> Any:
         return None
     table = read_table(path, dtype={"removed": str, "task": str})
     check_numbers(path, table, [c for c in table.columns if c not in ("removed", "task")])  # each metric's too
+    check_needed(path, table)
     return table
+
+
+def check_needed(path: Path, table: Any) -> None:
+    """The columns the records' tasks score from, in every row of the task: a task-free metric's (ppl, kl, drift)
+    tokens and total, an lm-eval or squad task's at least one metric column. The record declares them optional (each
+    task has its own), so a file that lost one is caught here, one line naming the file, the row and the column,
+    never an interval or a merged verdict from what is left."""
+    from layerprobe.evaluation.metric import METRICS
+
+    free = table["task"].isin(list(METRICS)) if "task" in table else None
+    if free is None or not free.any():
+        scored = [c for c in table.columns if c not in (*FIXED, "removed", "task") and not c.startswith("choice_")]
+        if not scored:
+            raise RunError(f"'{path}' lacks every per-document metric column (acc, exact_match, ...): re-run the "
+                           "command, or restore the file.")
+        return
+    for column in ("tokens", "total"):
+        if column not in table.columns:
+            raise RunError(f"'{path}' lacks the column '{column}', which the task-free rows ({table['task'][free].iloc[0]}) "
+                           "are scored from: re-run the command, or restore the file.")
+        empty = free & table[column].isna()
+        if empty.any():
+            row = int(empty.to_numpy().nonzero()[0][0]) + 1
+            raise RunError(f"'{path}' row {row}, column {column}: empty (or NaN), where the task-free rows' "
+                           f"{column} belongs: re-run the command, or restore the file.")
 
 
 def read(folder: Path) -> list[dict] | None:

@@ -29,6 +29,11 @@ class Column:
     always: bool = False  # a number always measured: NaN there makes a run unreadable for report and --angular
     whole: bool = False  # a count or an index (layer, k, tokens, step): a finite whole number >= 0 in every row (or,
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
+    words: tuple[str, ...] = ()  # a text column that holds one of these words in every row (or, where `optional`,
+    # nothing): runs/read.py refuses any other text, NaN included, naming file, row and column
+
+
+YES_NO = ("True", "False")  # the words of a yes/no column (pandas writes a bool so)
 
 
 LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the input of block l (the last row: the

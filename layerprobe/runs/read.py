@@ -117,6 +117,22 @@ def check_whole(csv: Path, table: Any, columns: Any) -> None:
                            "belongs: re-run the command, or restore the file.")
 
 
+def check_words(csv: Path, table: Any, columns: Any) -> None:
+    """Each text column of a given set of words (Column.words: a yes/no flag) the table has holds one of them in every
+    row (an optional one may be empty): else one line naming the row and column, never a NaN flag read as True."""
+    for column in columns:
+        if column.name not in table.columns:
+            continue
+        values = table[column.name]
+        empty = values.isna()
+        bad = (~empty & ~values.map(str).isin(list(column.words))) | (empty & (not column.optional))
+        if bad.any():
+            row = _first_row(bad)
+            shown = "empty (or NaN)" if empty.iloc[row - 1] else repr(str(values.iloc[row - 1])[:30])
+            raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where {' or '.join(column.words)} "
+                           "belongs: re-run the command, or restore the file.")
+
+
 def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     """A CSV read back is whole: it ends where a row ends (layerprobe writes a newline after every row, so a file
     cut by a copy or a full disk is caught even where the cut leaves a shorter number), it holds rows and the
@@ -139,7 +155,9 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     import pandas as pd
 
     check_numbers(csv, table, _columns(csv.name, "number"))
-    check_whole(csv, table, [c for c in TABLES[csv.name].columns if c.whole] if csv.name in TABLES else [])
+    declared = TABLES[csv.name].columns if csv.name in TABLES else ()
+    check_whole(csv, table, [c for c in declared if c.whole])
+    check_words(csv, table, [c for c in declared if c.words])
     keys = [k for k in _columns(csv.name, "key") if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
         twice = table.duplicated(subset=keys)

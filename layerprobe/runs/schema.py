@@ -61,6 +61,17 @@ def check_read_summary(path: Any, command: str, summary: dict, reads: tuple[str,
                        "the command, or restore the file.")
 
 
+def check_known_keys(path: Any, command: str, summary: dict) -> None:
+    """A summary.json that a command carries on (merge writes its shards' facts into the merged run) holds only keys
+    this version declares: a newer layerprobe's setting (or an edit) is one line naming it, never dropped or carried
+    on unread (check_read_summary leaves such keys alone for the commands that only read)."""
+    unknown = sorted(set(summary) - {key.name for key in SUMMARIES.get(command, ())})
+    if unknown:
+        raise RunError(f"'{path}' holds key{'s' if len(unknown) > 1 else ''} this layerprobe version does not know "
+                       f"({', '.join(unknown[:5])}): it was written by a newer layerprobe (or edited); use that "
+                       "version, or upgrade.")
+
+
 def _fits(value: Any, key: Key) -> bool:
     if value is None:
         return key.optional

@@ -1,6 +1,6 @@
 """Every declared column of every record is enforced by its kind in the one reader (runs/read.py read_table; issue 47
 rule 3): a count or index (Column.whole) holds a finite whole number >= 0 (NaN, infinity, -1 or 1.5 refused; empty
-only where the column is optional), a number column holds numbers, an always-measured one is never NaN, a key never
+only where the column is optional), a yes/no column (Column.words) True or False, a number column holds numbers, an always-measured one is never NaN, a key never
 repeats. Each refusal is one line naming the file, the row and the column. Tried on every column of every registered
 table, from a table built here from the declarations, written to disk and read back."""
 
@@ -28,7 +28,9 @@ def whole_table(file: str):
 
     values = {}
     for column in TABLES[file].columns:
-        if not column.number:
+        if column.words:
+            values[column.name] = [column.words[i % len(column.words)] for i in range(ROWS)]
+        elif not column.number:
             values[column.name] = [f"{column.name}{i}" for i in range(ROWS)]
         else:
             values[column.name] = [i + 1 for i in range(ROWS)]  # whole, distinct, finite
@@ -55,6 +57,9 @@ def kinds(column) -> tuple[list, list]:
     if column.whole:
         return (["abc", 1.5, -1, math.inf] + ([] if column.optional else [math.nan]),
                 [7] + ([math.nan] if column.optional else []))
+    if column.words:
+        return ["abc", "1"] + ([] if column.optional else [math.nan]), [column.words[-1]] + (
+            [math.nan] if column.optional else [])
     if column.always:
         return ["abc", math.inf, math.nan], [1.5]
     return ["abc"], [1.5, math.inf, math.nan]
@@ -62,8 +67,8 @@ def kinds(column) -> tuple[list, list]:
 
 @pytest.mark.parametrize("file, column", CASES, ids=[f"{f}:{c.name}" for f, c in CASES])
 def test_every_column_is_enforced_by_its_kind(file, column, tmp_path):
-    if not column.number:
-        return  # text: any value (a key column's repeats: below)
+    if not column.number and not column.words:
+        return  # free text: any value (a key column's repeats: below)
     frame = whole_table(file)
     frame[column.name] = frame[column.name].astype(object)
     refused, taken = kinds(column)
@@ -74,7 +79,7 @@ def test_every_column_is_enforced_by_its_kind(file, column, tmp_path):
             read_table(write(tmp_path, file, damaged))
         message = str(caught.value)
         assert "\n" not in message and str(tmp_path / file) in message and column.name in message, message
-        if column.whole or value == "abc":
+        if column.whole or column.words or value == "abc":
             assert f"row 2, column {column.name}:" in message, message
     for value in taken:
         damaged = frame.copy()
@@ -98,3 +103,14 @@ def test_the_counts_the_replay_found_are_declared_whole():
                  ("samples.csv.gz", "doc_id"), ("samples.csv.gz", "tokens"), ("gradnorm.csv", "step"),
                  ("heal.csv", "step"), ("replace.csv", "first"), ("replace.csv", "tokens"), ("toy.csv", "layer")]:
         assert case in whole, case
+
+
+def test_the_columns_a_nan_passed_in_are_declared_so():
+    """prune.csv's and curve.csv's family (always written, 0 outside the family: a NaN there passed compare and
+    report) is a whole number in every row; the yes/no flags are True or False."""
+    kinds = {(file, c.name): c for file, c in declared()}
+    for file in ("prune.csv", "curve.csv", "scores.csv"):
+        assert kinds[(file, "family")].whole and not kinds[(file, "family")].optional
+        assert kinds[(file, "significant")].words == ("True", "False")
+    assert kinds[("curve.csv", "within")].words == ("True", "False")
+    assert kinds[("replace.csv", "cosine_kept_lstsq")].words and kinds[("replace.csv", "cosine_kept_lstsq")].optional

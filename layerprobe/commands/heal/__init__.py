@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from layerprobe.commands.record import Command, named
 from layerprobe.config import HealConfig
-from layerprobe.runs.columns import Column
+from layerprobe.runs.columns import YES_NO, Column
 from layerprobe.runs.keys import CORPUS, MODEL, RUN, D, F, I, Key, L, S
 from layerprobe.runs.kinds import Kind
 
@@ -39,7 +39,7 @@ REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run
     Column("cosine_fitted", "mean of 1 - cos(x_in - m + m T, x_out) with the fitted T"),
     Column("cosine_lstsq", "--method cosine: the cosine objective of the lstsq start (empty for lstsq)"),
     Column("cosine_kept_lstsq", "--method cosine: True where no Adam step improved on the lstsq start, so the "
-           "lstsq map was kept (empty for lstsq)", number=False),
+           "lstsq map was kept (empty for lstsq)", number=False, optional=True, words=YES_NO),
     Column("seconds", "wall time of the capture, the fit and the fold", "s"),
 )
 SUMMARY = RUN + MODEL + CORPUS + (

@@ -8,7 +8,7 @@ from typing import Any
 from layerprobe.commands.record import Command, part_suffix
 from layerprobe.config import CurveSettings, PruneConfig
 from layerprobe.evaluation.variants import shard_suffix
-from layerprobe.runs.columns import Column, Table
+from layerprobe.runs.columns import YES_NO, Column, Table
 from layerprobe.runs.folder import slug
 from layerprobe.runs.keys import CORPUS, FLAG, INTEGER, LIST, MAPPING, MODEL, NUMBER, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind, Tolerance
@@ -37,9 +37,9 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("significant", "dP differs from 0 after Holm's correction over its family (family-wise error 0.05; "
            "--family main, the default: the variants of the summary's metric, every other row exploratory and "
            "never flagged; --family all: every row with an interval): the interval excludes 0 and survives the "
-           "correction", number=False),
+           "correction", number=False, words=YES_NO),
     Column("family", "the number of tests in the Holm family of `significant` (0: the row is exploratory, "
-           "outside the family, read its interval only)", optional=True, whole=True),
+           "outside the family, read its interval only)", whole=True),
     Column("loglik_delta", "multiple choice: mean change of the gold answer's loglikelihood (acc rows; acc_norm rows: "
            "per character, as acc_norm normalizes), nats", "nats", optional=True),
     Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
@@ -48,7 +48,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "per-document differences)", optional=True),
     Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the same family's "
            "gold-loglikelihood changes, as `significant` decides for dP (False without an interval)", number=False,
-           optional=True),
+           optional=True, words=YES_NO),
     Column("margin_delta", "multiple choice, acc rows: mean change of the margin, the gold choice's loglikelihood "
            "minus the best wrong choice's (from the records' choice_loglik_<i>; acc_norm rows: of the loglikelihoods "
            "per character, choice_loglik_<i> / choice_chars_<i>, as acc_norm compares them): it falls when the model "
@@ -57,7 +57,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("margin_hi", "upper end of its paired 95% interval", "nats", optional=True),
     Column("margin_p_value", "two-sided p-value of margin_delta = 0 before correction", optional=True),
     Column("margin_significant", "margin_delta differs from 0 after Holm's correction over the same family's margin "
-           "changes (False without an interval)", number=False, optional=True),
+           "changes (False without an interval)", number=False, optional=True, words=YES_NO),
 )
 KINDS = (  # prune.csv's last column where the model's blocks differ in kind (layer_types in its config)
     Column("layer_type", "the kind of the removed layer(s) (attention, mamba, sliding_attention, ...; '+' joins "
@@ -96,7 +96,7 @@ CURVE = (  # curve.csv: one row per (strategy, k)
     Column("score", "the score without those layers"),
     Column("delta", "score - baseline"),
     Column("within", "the score (--keep-by bound: the worse end of its paired 95% interval) is within the --keep "
-           "tolerance", number=False),
+           "tolerance", number=False, words=YES_NO),
     Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
            optional=True),
 )

@@ -13,6 +13,7 @@ from layerprobe.config import PruneConfig
 from layerprobe.errors import ConfigError, RunError, article, check_path
 from layerprobe.runs.folder import abandons_on_error, check_out_apart, prepare_run_dir
 from layerprobe.runs.read import load_run
+from layerprobe.runs.schema import check_known_keys
 from layerprobe.settings import from_saved, identity
 
 # summary keys write_prune_outputs computes from the rows; the rest are facts of the model and data
@@ -123,6 +124,8 @@ def merge_shards(folders: list[str], out: str | None = None, overwrite: bool = F
     if out is not None:
         check_out_apart(out, {f"the shard folder #{n}": f for n, f in enumerate(folders, 1)})
     runs = [load_run(f) for f in folders]
+    for run in runs:
+        check_known_keys(run.folder / "summary.json", run.command, run.summary)
     count = _check_slices(runs)
     runs.sort(key=lambda r: r.summary["shard"]["index"])
     configs = [_saved_config(run, overwrite, formats) for run in runs]  # every shard's, so each unknown is named
