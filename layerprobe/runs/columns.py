@@ -29,6 +29,8 @@ class Column:
     always: bool = False  # a number always measured: NaN there makes a run unreadable for report and --angular
     whole: bool = False  # a count or an index (layer, k, tokens, step): a finite whole number >= 0 in every row (or,
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
+    compare: str = "scale"  # how `compare` judges it (runs/compare.py, COMPARE_RULES): scale, exact, derived,
+    # probability; a `whole` column is always exact
 
 
 LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the input of block l (the last row: the
