@@ -140,12 +140,13 @@ def test_compare_prune_direction_and_formats(demo, tmp_path):
     new = copy(demo / "prune-drift", tmp_path / "new")
     table = pd.read_csv(new / "prune.csv")
     biggest = float(table["delta"].abs().max())
-    table.loc[table.layer == 4, "delta"] += 0.2 * biggest  # over the default 5% of the largest |dP|
+    table.loc[table.layer == 4, ["delta", "pruned"]] += 0.2 * biggest  # over the default 5% of the largest |dP|
     table.to_csv(new / "prune.csv", index=False)
     junit = invoke("compare", demo / "prune-drift", new, "--format", "junit")
     assert junit.exit_code == 1
     suite = ET.fromstring(junit.output).find("testsuite")
-    assert suite.get("tests") == "7" and suite.get("failures") == "1"  # baseline + 6 layers
+    # baseline + 6 layers' dP, and each row's layer, block, pruned, delta_stderr, delta_lo, delta_hi, p_value, family
+    assert suite.get("tests") == "55" and suite.get("failures") == "1"
     failing = [c for c in suite.iter("testcase") if c.find("failure") is not None]
     assert failing[0].get("name") == "layer 4"
     markdown = invoke("compare", demo / "prune-drift", new, "--format", "markdown", "--output", tmp_path / "s.md")
@@ -323,8 +324,9 @@ def test_compare_with_records_uses_the_paired_interval(tmp_path):
     data = json.loads(result.output)
     assert result.exit_code == 0 and data["ok"], data
     text = invoke("compare", old, noisy).output
-    assert "OK: all 4 checks within tolerance (4 of 4 checks by tolerance and paired 95% interval" in text
+    # 4 scores by tolerance and interval, and each row's layer, block and pruned columns by their rules
+    assert "OK: all 13 checks within tolerance (4 of 13 checks by tolerance and paired 95% interval" in text
     # without records in both runs: the tolerance alone decides, and the same change fails
     (noisy / "samples.csv.gz").unlink()
     text = invoke("compare", old, noisy).output
-    assert "REGRESSION: 1 of 4" in text and "tolerance only" in text
+    assert "REGRESSION: 1 of 13" in text and "tolerance only" in text

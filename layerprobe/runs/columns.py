@@ -31,6 +31,8 @@ class Column:
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
     words: tuple[str, ...] = ()  # a text column that holds one of these words in every row (or, where `optional`,
     # nothing): runs/read.py refuses any other text, NaN included, naming file, row and column
+    compare: str = "scale"  # how `compare` judges it (runs/compare.py, COMPARE_RULES): scale, exact, derived,
+    # probability; a `whole` column is always exact
 
 
 YES_NO = ("True", "False")  # the words of a yes/no column (pandas writes a bool so)

@@ -169,6 +169,73 @@ def relative(into: Comparison, name: str, metric: str, where: str, old: float, n
     into.checks.append(Check(name, metric, where, old, new, new - old, limit, outside(old, new, new - old, limit)))
 
 
+COMPARE_RULES = {  # Column.compare -> how compare judges that column, row by row (a `whole` column: exact)
+    "scale": "the tolerance x the row's scale, max(|baseline|, |delta|, |its own value|) of the baseline run's row "
+             "(a score, an interval bound, a standard error)",
+    "exact": "equal to 1e-9 relative (a count, an index, k / layers)",
+    "derived": "equal to 1e-9 relative, in each run, to what it is derived from (derived:baseline+delta: pruned = "
+               "baseline + delta)",
+    "probability": "an absolute change within the tolerance (a p-value, on [0, 1])",
+}
+
+
+def column_checks(into: Comparison, name: str, file: str, pair: tuple, label: str, where: Any, tol: float,
+                  done: tuple = (), alone_fails: tuple = ()) -> None:
+    """Every numeric column `file`'s record declares, beyond `done` (the comparer's own checks), row by row: pair, the
+    two runs' rows with one index (same_keys checked); where(index) names a row; each judged by its column's rule
+    (COMPARE_RULES). A column empty in both runs is skipped; one with values in one run only is named in a note (a
+    failure where it is in alone_fails); a value in one run's row only fails."""
+    from layerprobe.runs.columns import TABLES
+
+    a, b = pair
+    for column in TABLES[file].columns:
+        if not column.number or column.key or column.name in done or "<" in column.name:
+            continue
+        has = [column.name in t and bool(t[column.name].notna().any()) for t in (a, b)]
+        if not any(has):
+            continue
+        if not all(has) and column.name not in alone_fails:
+            into.notes.append(f"{repr(name) + ': ' if name else ''}{file} {column.name} holds values in the "
+                              f"{'baseline' if has[0] else 'new'} run only: not compared")
+            continue
+        rule = "exact" if column.whole else column.compare
+        for key, row in a.iterrows():
+            check = _column_check(row, b.loc[key], column.name, rule, tol)
+            if check is not None:
+                into.checks.append(Check(name, f"{label} {column.name}", where(key), *check))
+
+
+def _number(row: Any, column: str) -> float:
+    value = row.get(column, math.nan)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _column_check(row: Any, other: Any, column: str, rule: str, tol: float) -> tuple | None:
+    """(old, new, delta, limit, failed) of one row's value by its rule; None where both runs leave it empty."""
+    x, y = _number(row, column), _number(other, column)
+    if math.isnan(x) and math.isnan(y):
+        return None
+    if rule.startswith("derived:"):  # e.g. derived:baseline+delta: each run's value against its own parts
+        parts = rule.split(":", 1)[1]
+        first, sign, second = parts.partition("+") if "+" in parts else parts.partition("-")
+        factor = 1.0 if sign == "+" else -1.0
+        gaps = [v - (_number(r, first) + factor * _number(r, second)) for v, r in ((x, row), (y, other))]
+        worst = max(gaps, key=lambda g: abs(g) if g == g else math.inf)
+        limit = 1e-9 * max(1.0, abs(x))
+        return x, y, worst, limit, outside(x, y, worst, limit)
+    delta = y - x
+    if rule == "exact":
+        limit = 1e-9 * max(1.0, abs(x))
+    elif rule == "probability":
+        limit = tol
+    else:
+        limit = tol * max([abs(v) for v in (_number(row, "baseline"), _number(row, "delta"), x) if v == v] + [1e-12])
+    return x, y, delta, limit, outside(x, y, delta, limit)
+
+
 def same_keys(a: Any, b: Any, what: str) -> None:
     if set(a) != set(b):
         missing, extra = sorted(set(a) - set(b), key=str)[:3], sorted(set(b) - set(a), key=str)[:3]

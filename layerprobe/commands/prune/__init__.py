@@ -19,7 +19,8 @@ PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
     Column("removed", "the removed layers, 0-based, inclusive ranges", key=True, number=False),
     Column("metric", "the task's metric (lm-eval's name; acc/<subtask> for a group's members)", key=True, number=False),
     Column("baseline", "the unpruned model's score"),
-    Column("pruned", "the score without the removed layers", always=True),
+    Column("pruned", "the score without the removed layers", always=True,
+           compare="derived:baseline+delta"),
     Column("delta", "dP = pruned - baseline", always=True),
     Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one"),
     Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one"),
@@ -33,7 +34,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "Newcombe's paired score interval; kl, drift: on the log scale, never below 0)"),
     Column("delta_hi", "upper end of dP's 95% interval"),
     Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
-           "exact match) over every document alike, else from the interval's statistic"),
+           "exact match) over every document alike, else from the interval's statistic", compare="probability"),
     Column("significant", "dP differs from 0 after Holm's correction over its family (family-wise error 0.05; "
            "--family main, the default: the variants of the summary's metric, every other row exploratory and "
            "never flagged; --family all: every row with an interval): the interval excludes 0 and survives the "
@@ -45,7 +46,7 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
     Column("loglik_lo", "lower end of its paired 95% interval", "nats", optional=True),
     Column("loglik_hi", "upper end of its paired 95% interval", "nats", optional=True),
     Column("loglik_p_value", "two-sided p-value of loglik_delta = 0 before correction (Student's t over the "
-           "per-document differences)", optional=True),
+           "per-document differences)", optional=True, compare="probability"),
     Column("loglik_significant", "loglik_delta differs from 0 after Holm's correction over the same family's "
            "gold-loglikelihood changes, as `significant` decides for dP (False without an interval)", number=False,
            optional=True, words=YES_NO),
@@ -55,7 +56,8 @@ PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the p
            "gets less sure of the right answer, not when every choice gets less likely alike", "nats", optional=True),
     Column("margin_lo", "lower end of its paired 95% interval", "nats", optional=True),
     Column("margin_hi", "upper end of its paired 95% interval", "nats", optional=True),
-    Column("margin_p_value", "two-sided p-value of margin_delta = 0 before correction", optional=True),
+    Column("margin_p_value", "two-sided p-value of margin_delta = 0 before correction", optional=True,
+           compare="probability"),
     Column("margin_significant", "margin_delta differs from 0 after Holm's correction over the same family's margin "
            "changes (False without an interval)", number=False, optional=True, words=YES_NO),
 )
@@ -89,12 +91,12 @@ RECORDS = (  # samples.csv.gz: one row per (variant, document); the unpruned mod
 CURVE = (  # curve.csv: one row per (strategy, k)
     Column("strategy", "the strategy that chose the layers (strategies.py)", key=True, number=False),
     Column("k", "layers removed", key=True, whole=True),
-    Column("fraction", "k over the model's layers"),
+    Column("fraction", "k over the model's layers", compare="exact"),
     Column("removed", "the layers it removed", number=False),
     Column("metric", "the scored metric", key=True, number=False),
     Column("baseline", "the unpruned model's score"),
     Column("score", "the score without those layers"),
-    Column("delta", "score - baseline"),
+    Column("delta", "score - baseline", compare="derived:score-baseline"),
     Column("within", "the score (--keep-by bound: the worse end of its paired 95% interval) is within the --keep "
            "tolerance", number=False, words=YES_NO),
     Column("healed_score", "--heal-steps: the score after healing those layers' removal with LoRA (empty without)",
@@ -240,8 +242,13 @@ PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: perfor
                   overlay_axis=("rank of the cost (0 = cheapest)",
                                 "Cost of removing each layer, ranked within each run, by relative depth"),
                   tolerances=(Tolerance("prune", 0.05, "change of the baseline score in the bad direction or of any "
-                                        "dP (a curve's any score), as a fraction of the baseline score's magnitude, "
-                                        "or of the largest |dP| when larger: kl, drift"),))
+                                        "dP, as a fraction of the baseline score's magnitude, or of the largest |dP| "
+                                        "when larger: kl, drift; a curve's score at each (strategy, k) as a fraction "
+                                        "of that row's |baseline| or |delta|; every other number prune.csv and "
+                                        "curve.csv declare, row by row: scores, interval bounds and standard errors "
+                                        "as a fraction of the row's |baseline|, |delta| or own value, p-values as an "
+                                        "absolute change; counts, k / layers and the derived pruned = baseline + "
+                                        "delta must match exactly"),))
 CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
                   "Removal curves: the score as more layers go, by strategy",
                   (("normalization", "placement"), ("task", "task"), ("metric", "metric"), ("part", "part"),

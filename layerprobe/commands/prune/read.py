@@ -13,7 +13,7 @@ from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, predates_records,
                                         ranked, signed, where_in_depth)
-from layerprobe.runs.compare import Check, Comparison, outside, same_keys
+from layerprobe.runs.compare import Check, Comparison, column_checks, outside, same_keys
 from layerprobe.runs.read import Run
 
 
@@ -399,4 +399,6 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
             into.checks.append(noise.check(Check(name, f"dP {metric}", f"layer {removed}", float(row["delta"]), other,
                                                  delta, limit, outside(float(row["delta"]), other, delta, limit)),
                                            metric, str(removed)))
+        column_checks(into, name, "prune.csv", (pa, pb), str(metric), lambda removed: f"layer {removed}",
+                      tol["prune"], done=("baseline", "delta"))
     into.notes += noise.detectable(name)

@@ -9,7 +9,7 @@ from layerprobe.commands.prune.read import Noise
 from layerprobe.errors import RunError
 from layerprobe.metrics.decisions import ONE_SIDED
 from layerprobe.report.findings import chance_lines, detectable_lines, predates_records, signed
-from layerprobe.runs.compare import Check, Comparison, outside, same_keys
+from layerprobe.runs.compare import Check, Comparison, column_checks, outside, same_keys
 from layerprobe.runs.read import Run
 
 
@@ -188,12 +188,12 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     a = old.tables["curve"].set_index(["strategy", "k"])
     b = new.tables["curve"].set_index(["strategy", "k"])
     same_keys(a.index, b.index, "curve.csv (strategies, k)")
-    limit = tol["prune"] * max(abs(float(a["baseline"].iloc[0])), float(a["delta"].abs().max()), 1e-12)
     noise = Noise(old, new)
-    healed = [c for c in HEALED_NUMBERS if any(c in t and t[c].notna().any() for t in (a, b))]  # measured in either
     for (strategy, k), row in a.iterrows():
         other = b.loc[(strategy, k)]
         delta = float(other["score"]) - float(row["score"])
+        # the row's own scale: a ppl of 9.8e5 at k=6 sets no limit for k=1's 27
+        limit = tol["prune"] * max(abs(float(row["baseline"])), abs(float(row["delta"])), 1e-12)
         check = Check(name, f"curve {row['metric']}", f"{strategy} k={k}", float(row["score"]), float(other["score"]),
                       delta, limit, outside(float(row["score"]), float(other["score"]), delta, limit))
         if str(row["removed"]) == str(other["removed"]):  # the same layers: their documents' scores pair up
@@ -201,21 +201,11 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         into.checks.append(check)
         if str(row["removed"]) != str(other["removed"]):
             into.notes.append(f"'{name}': {strategy} k={k} removes {other['removed']} (was {row['removed']})")
-        for column in healed:  # a healed curve's numbers too: never left unread
-            into.checks.append(_healed_check(name, row, other, column, strategy, k, limit))
+    metric = f"curve {a['metric'].iloc[0]}" if len(a) else "curve"
+    column_checks(into, name, "curve.csv", (a, b), metric, lambda key: f"{key[0]} k={key[1]}", tol["prune"],
+                  done=("score",), alone_fails=HEALED_NUMBERS)  # a healed curve's numbers: never unread
     into.notes += noise.detectable(name)
 
 
-HEALED_NUMBERS = ("healed_score", "healed_delta", "heal_change")  # curve.csv's numbers after --heal
-
-
-def _healed_check(name: str, row: Any, other: Any, column: str, strategy: str, k: Any, limit: float) -> Check:
-    """One healed number of a (strategy, k) within the curve's limit; present in one run only, or NaN in one, fails."""
-    import math
-
-    old, new = float(row.get(column, math.nan)), float(other.get(column, math.nan))
-    if math.isnan(old) and math.isnan(new):
-        return Check(name, f"curve {row['metric']} {column}", f"{strategy} k={k}", old, new, 0.0, limit, False)
-    delta = new - old
-    return Check(name, f"curve {row['metric']} {column}", f"{strategy} k={k}", old, new, delta, limit,
-                 math.isnan(delta) or outside(old, new, delta, limit))
+HEALED_NUMBERS = ("healed_score", "healed_delta", "heal_change")  # curve.csv's numbers after --heal: in one run only, a
+# failure (the runs repaired differently)
