@@ -191,6 +191,35 @@ def test_angular_resumes_and_equals_an_uninterrupted_pass(model_dirs, corpus_fil
     assert not (tmp_path / "cut" / LOCK).exists()  # a refused --resume leaves the finished run as it was
 
 
+@pytest.mark.parametrize("cut_at", [3 * 32, 600], ids=["mid-pass", "after-last-batch"])
+def test_angular_on_builtin_resumes_wherever_it_was_cut(model_dirs, tmp_path, cut_at):
+    """Issue 47: a pass saved after its last batch (cut while writing its outputs) resumed with nothing left to
+    run and counted 0 tokens, so every --resume failed with "Dataset 'builtin' yielded no text"."""
+    from layerprobe.commands.angular.run import run_angular
+    from layerprobe.config import AngularConfig, DataOptions, ModelOptions
+
+    def config(out, **kw):
+        return AngularConfig(model=ModelOptions(str(model_dirs["llama"]), dtype="float32", device="cpu"),
+                             data=DataOptions("builtin", tokens=600, seq_len=16, batch_size=2), out=str(out),
+                             save_every=0, lens_tokens=0, **kw)
+
+    whole = run_angular(config(tmp_path / "whole"))
+
+    def cut(stage, done, total):
+        if stage == "tokens" and done >= cut_at:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_angular(config(tmp_path / "cut"), cut)
+    assert (tmp_path / "cut" / "pass.safetensors").is_file() and not (tmp_path / "cut" / "summary.json").exists()
+    resumed = run_angular(config(tmp_path / "cut", resume=True))
+    for name in ("angular.csv", "layers.csv"):
+        pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / name), pd.read_csv(whole.folder / name),
+                                      check_exact=True)
+    summary = json.loads((resumed.folder / "summary.json").read_text())
+    assert summary["tokens"] == 600 and summary["measured_positions"] == 600
+
+
 @pytest.fixture
 def full_disk(tmp_path):
     """A 32 KiB tmpfs: the first sizeable write ends in ENOSPC (skipped where the test cannot mount one)."""

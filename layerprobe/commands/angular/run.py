@@ -139,6 +139,7 @@ def _measure(config: AngularConfig, probe, world, progress: Progress, checkpoint
     done.sampled, counters = _restore(checkpoint, done)
     sampled = done.sampled
     processed, measured_before = counters["processed"], counters["measured_before"]  # tokens seen / positions measured
+    done.processed = processed  # a pass saved after its last batch resumes with nothing left to run, not with 0 tokens
     # with the logit lens the model carries its LM head; the pass runs only the base model (no full-vocab logits)
     forward = probe.model.base_model  # a head's full-vocabulary logits are never computed for the pass
     total = config.data.tokens
