@@ -243,8 +243,8 @@ class PruneConfig:
                                     "this local JSON-lines file, scored by lm-eval's own MMLU tasks (offline).")
     num_fewshot: int | None = setting(None, project=True, minimum=0, applies=("task", "not", accepted_by(TASK, ("squad",))), help="lm-eval few-shot examples (task default "
                                       "if unset).")
-    limit: float | None = setting(None, project=True, above=0, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
-                                  "(a fraction if < 1).")
+    limit: float | None = setting(None, project=True, above=0, whole_from=1, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
+                                  "(a fraction if < 1, else a whole number).")
     sample: int | None = setting(None, minimum=1, applies=("task", "not", ("ppl", "kl", "drift", "squad")),
                                  help="lm-eval: a seeded random N documents of each task (of each subtask of a group) "
                                  "instead of --limit's first N; the summary lists them (sample.documents).")

@@ -38,6 +38,8 @@ class Mark:
     minimum: float | None = None  # inclusive bounds
     maximum: float | None = None
     above: float | None = None  # exclusive lower bound
+    whole_from: float | None = None  # a value at or above this must be a whole number (--limit: below 1 a fraction of
+    # the documents, from 1 a count of them, as lm-eval reads it)
     project: bool = False  # settable from [tool.layerprobe] (by the field's name) and LAYERPROBE_<NAME>
     parse: str | None = None  # how CLI text becomes the value: 'csv' (tuple of str), 'floats', 'size' (bytes)
     before: Any = None  # (value,): what runs saved before the setting existed did (their identity), if not the default
@@ -430,6 +432,9 @@ def validate(config: Any, sources: Mapping[str, str] | None = None, prefix: str 
             if not low_ok or (mark.maximum is not None and value > mark.maximum) or value != value:
                 kind = "a positive number" if _bounds(mark) == "positive" and isinstance(value, float) else _bounds(mark)
                 raise ConfigError(f"{label} must be {kind}, got {value:g}{said}.")
+            if mark.whole_from is not None and value >= mark.whole_from and value != int(value):
+                raise ConfigError(f"{label} {value:g}{said} is neither a fraction below {mark.whole_from:g} nor a whole "
+                                  f"number: pass a whole count ({int(value)}) or a fraction below {mark.whole_from:g}.")
 
 
 def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:

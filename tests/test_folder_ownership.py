@@ -142,9 +142,12 @@ def test_overwrite_replaces_its_own_run_and_refuses_a_planted_file(command, mode
     planted.unlink()
     again = invoke(*run_args(command, model_dirs, out, "--overwrite"))
     assert again.exit_code == 0, again.output
-    if command == "angular":  # a report written into the run is layerprobe's too
+    if command == "angular":  # a report written into the run is layerprobe's too, but not the run's: kept, unlisted
         assert invoke("report", out, "--out", out).exit_code == 0
         assert invoke(*run_args(command, model_dirs, out, "--overwrite")).exit_code == 0
+        assert (out / "report.html").is_file() and any((out / "report_files").iterdir())
+        listed = json.loads((out / "manifest.json").read_text())["files"]
+        assert not [name for name in listed if name.startswith("report")], listed
     if command != "export":
         other = "prune" if command == "angular" else "angular"
         flag = "--resume" if other in RESUMABLE else "--overwrite"

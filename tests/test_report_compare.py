@@ -330,3 +330,31 @@ def test_compare_with_records_uses_the_paired_interval(tmp_path):
     (noisy / "samples.csv.gz").unlink()
     text = invoke("compare", old, noisy).output
     assert "REGRESSION: 1 of 13" in text and "tolerance only" in text
+
+
+def test_report_into_its_run_leaves_the_record_alone_and_never_into_one_of_several(tmp_path):
+    """report --out RUN (one run) writes its page beside the run but never into the run's manifest.json: the record
+    stays what the run wrote, a later --overwrite of the run neither refuses the page nor removes it; with several
+    runs --out may be none of them (that run's folder would hold another run's figures)."""
+    from layerprobe.runs.folder import _replaced, check_owned
+    runs = {}
+    for name in ("prune-drift", "angular"):
+        runs[name] = tmp_path / name
+        shutil.copytree(DEMO_REFERENCE / name, runs[name])
+        manifest = json.loads((runs[name] / "manifest.json").read_text())  # a current run's record: its files listed
+        listed = sorted(p.relative_to(runs[name]).as_posix() for p in runs[name].rglob("*") if p.is_file())
+        (runs[name] / "manifest.json").write_text(json.dumps({**manifest, "files": listed}))
+    own = runs["prune-drift"]
+    record = (own / "manifest.json").read_bytes()
+    result = invoke("report", own, "--out", own)
+    assert result.exit_code == 0, result.output
+    assert (own / "report.html").is_file() and (own / "report.md").is_file()
+    assert (own / "manifest.json").read_bytes() == record
+    check_owned(own, "prune", "--overwrite")  # the page is layerprobe's: no refusal
+    assert set(_replaced(own, "prune")) == {"manifest.json", "prune.csv", "summary.json"}  # and not removed
+    assert invoke("report", own, "--out", own).exit_code == 0  # its own page again: replaced
+    other = runs["angular"]
+    before = sorted(p.relative_to(other).as_posix() for p in other.rglob("*"))
+    assert_error(invoke("report", own, other, "--out", other), "a command never writes where it reads")
+    assert sorted(p.relative_to(other).as_posix() for p in other.rglob("*")) == before
+    assert (own / "manifest.json").read_bytes() == record

@@ -107,8 +107,15 @@ def show_curve(run) -> None:
     table = Table(title=f"Removal curve: {s['metric']} (unpruned {s['baseline']:.4g}), within tolerance keep={s['keep']:g}")
     for column in ("strategy", "layers that can go", "removed (0-based, inclusive)", s["metric"]):
         table.add_column(column, justify="right")
+    from layerprobe.commands.prune.read_curve import too_few
+
+    bound = s.get("keep_by") == "bound"
+    few = too_few(s, bound)  # under bound: no interval to judge a k by, so no count of layers that can go
     for strategy, verdict in s["curve"].items():
         score = f"{verdict['score']:.4g}" if verdict["score"] is not None else "-"
-        table.add_row(strategy, f"{verdict['max_k']} of {s['num_layers']}", verdict["removed"] or "-", score)
+        can_go = "not judged" if few and bound else f"{verdict['max_k']} of {s['num_layers']}"
+        table.add_row(strategy, can_go, verdict["removed"] or "-", score)
     out.print(table)
+    if few:
+        out.print(few, highlight=False)
     out.print(f"{s['sets_scored']} layer sets scored, {s['seconds']:.1f} s -> [bold]{run.folder}[/bold]", highlight=False)

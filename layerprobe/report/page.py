@@ -13,8 +13,7 @@ from layerprobe.errors import RunError, check_path
 from layerprobe.plots.overlay import overlay_figure
 from layerprobe.report.findings import conflicts, describe, findings
 from layerprobe.runs.folder import (atomic_write_bytes, atomic_write_text, check_file_owned, check_out_apart,
-                                    record_written,
-                                    save_figure)
+                                    is_report_page, save_figure)
 from layerprobe.runs.kinds import KINDS
 from layerprobe.runs.read import Run, find_runs
 
@@ -93,16 +92,11 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _is_page(head: str) -> bool:
-    """report.html or report.md as write_report writes them: every title starts 'layerprobe report'."""
-    return head.startswith("# layerprobe report") or "<title>layerprobe report" in head
-
-
 def check_report_owned(out: Path, overwrite: bool = False) -> None:
     """report.html, report.md and report_files/ in `out` are replaced only when layerprobe wrote them (or with
     --overwrite): a user's page of the same name is one line, nothing written."""
     for name in ("report.html", "report.md"):
-        check_file_owned(out / name, _is_page, "--out", overwrite)
+        check_file_owned(out / name, is_report_page, "--out", overwrite)
     assets = out / "report_files"
     pages = [p for p in (out / "report.html", out / "report.md") if p.is_file()]
     found = sorted(p for p in assets.rglob("*") if p.is_file()) if assets.is_dir() else []
@@ -181,7 +175,6 @@ def write_report(runs: list[Run], out: Path, title: str = "layerprobe report", o
             f"<style>{CSS}</style></head><body>\n" + "\n".join(body_html) + "\n</body></html>\n")
     atomic_write_text(out / "report.html", page)
     atomic_write_text(out / "report.md", "\n".join(body_md))
-    record_written(out, [out / "report.html", out / "report.md", *figures])  # a report written into a run folder
     return Report(out / "report.html", out / "report.md", figures, len(runs), list(skipped or []))
 
 
@@ -208,8 +201,9 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
         check_path(out, "--out")
     skipped: list = []  # unfinished or unreadable runs below a folder given: left out, each named with its reason
     runs = [run for path in paths for run in find_runs(path, skipped=skipped).values()]
-    if out is not None:  # into a run it reads (report --out RUN), never inside one (RUN/merged)
-        check_out_apart(out, {f"the run folder '{run.label}'": run.folder for run in runs}, may_be=True)
+    if out is not None:  # into the one run it reads (report --out RUN), never inside one (RUN/merged) nor into one
+        # of several (its folder would hold a page and figures of runs it never made)
+        check_out_apart(out, {f"the run folder '{run.label}'": run.folder for run in runs}, may_be=len(runs) == 1)
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
     if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it

@@ -98,14 +98,39 @@ def _ours_hidden(name: str) -> bool:
                for part in name.split("/"))
 
 
-def run_files(folder: Path) -> list[str]:
-    """Every file under `folder`, as posix paths relative to it, but layerprobe's locks and temp files; sorted."""
+REPORT_PAGES = ("report.html", "report.md")
+
+
+def is_report_page(head: str) -> bool:
+    """report.html or report.md as `report` writes them (its first 4 kB): every title starts 'layerprobe report'."""
+    return head.startswith("# layerprobe report") or "<title>layerprobe report" in head
+
+
+def report_files(folder: Path) -> set[str]:
+    """A report `report --out RUN` wrote into a run folder: its pages (by their title) and report_files/ beside them.
+    They are layerprobe's but not the run's: never listed in the run's manifest, kept by its --overwrite."""
+    pages = set()
+    for name in REPORT_PAGES:
+        with contextlib.suppress(OSError):
+            if (folder / name).is_file() and not (folder / name).is_symlink():
+                with open(folder / name, "rb") as handle:
+                    if is_report_page(handle.read(4096).decode("utf-8", "replace")):
+                        pages.add(name)
+    assets = folder / "report_files"
+    if pages and assets.is_dir():
+        pages |= {p.relative_to(folder).as_posix() for p in assets.rglob("*") if p.is_file() or p.is_symlink()}
+    return pages
+
+
+def run_files(folder: Path, report: bool = True) -> list[str]:
+    """Every file under `folder`, as posix paths relative to it, but layerprobe's locks and temp files; sorted.
+    `report` False: a report written into the run (report_files) left out too, as not the run's."""
     found = []
     for path in sorted(folder.rglob("*")):
         name = path.relative_to(folder).as_posix()
         if (path.is_file() or path.is_symlink()) and not _ours_hidden(name):
             found.append(name)
-    return found
+    return found if report else [name for name in found if name not in report_files(folder)]
 
 
 def _lock_record(lock: Path) -> tuple[str | None, set[str]]:
@@ -174,7 +199,7 @@ def check_owned(folder: Path, command: Any, flag: str) -> None:
     if not folder.is_dir():
         return
     try:
-        present = run_files(folder)
+        present = run_files(folder, report=False)
     except OSError as exc:
         raise RunError(f"{flag}: '{folder}' cannot be read ({exc.strerror or first_line(exc)}): pass a folder you can "
                        "read and write.") from None
@@ -282,7 +307,7 @@ def _replaced(folder: Path, command: Any) -> set[str] | None:
     would be listed in the new manifest as the new run's). None: nothing to remove (no record)."""
     made, files = written_by(folder)
     name = name_of(command)
-    if files is None and name is not None and made == name and not (folder / LOCK).is_file() and run_files(folder):
+    if files is None and name is not None and made == name and not (folder / LOCK).is_file() and run_files(folder, report=False):
         raise RunError(f"--overwrite: '{folder}' is {article(name)} {name} run of an older layerprobe whose "
                        "manifest.json does not list its files, so they cannot be told from files added since: "
                        "remove the folder yourself (or move what you keep out of it), or pass another --out.")
@@ -535,10 +560,10 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
             replaced = _replaced(path, command) if overwrite and not resume and path.is_dir() else None
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
-            if _claim(path, command, run_files(path)):
+            if _claim(path, command, run_files(path, report=False)):
                 if replaced:  # claimed, so no other process writes here: the replaced run's files go first
                     clear_replaced(path, replaced)
-                    _claim(path, command, run_files(path))  # the lock names what is left (nothing of the old run)
+                    _claim(path, command, run_files(path, report=False))  # the lock names what is left (nothing of the old run)
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
                 if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
                     for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
@@ -602,20 +627,6 @@ def save_figure(path: Path, figure: Any, formats: tuple[str, ...] = ("png",)) ->
         atomic_write_bytes(target, buffer.getvalue())
         written.append(target)
     return written
-
-
-def record_written(folder: Path, paths: list[Path]) -> None:
-    """Files layerprobe added to a finished run folder afterwards (`report --out RUN`): listed in its manifest.json
-    beside the run's own, so a later --overwrite or --resume knows them as layerprobe's."""
-    try:
-        data = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
-        return
-    if not isinstance(data, dict) or not isinstance(data.get("files"), list):
-        return  # not a finished run folder with a record
-    names = {name for name in (_relative(path, folder) for path in paths) if name and not name.startswith("..")}
-    if not names <= set(data["files"]):
-        write_json(folder / "manifest.json", {**data, "files": sorted({*data["files"], *names})})
 
 
 def read_json(path: Path) -> Any:

@@ -51,7 +51,8 @@ def write_run(folder: Path, command: Any, *, tables: dict[str, Any], figures: di
     for stem, figure in figures.items():
         save_figure(folder / stem, figure, formats)
     write_json(folder / "summary.json", summary)
-    files = sorted({*run_files(folder), "manifest.json"})  # what --overwrite and --resume may replace (check_owned)
+    # what --overwrite and --resume may replace (check_owned); a report written into the folder is not the run's
+    files = sorted({*run_files(folder, report=False), "manifest.json"})
     write_json(folder / "manifest.json", build_manifest(command.name, config.to_dict(), started, seconds, **facts,
                                                         **(manifest_extra or {}), files=files))
     release_run_dir(folder)  # finished: summary.json and manifest.json, no lock

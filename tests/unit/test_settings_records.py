@@ -101,6 +101,18 @@ def test_validation_names_the_option_the_source_and_the_fix():
         resolve(ToyConfig, {"norms": ("pre", "peri")}, {}, environ={})
 
 
+def test_limit_is_a_fraction_below_one_and_a_whole_count_from_one():
+    """lm-eval reads --limit below 1 as a fraction of the documents and from 1 as a count: 1.5 is neither (it
+    scored one document as if asked for one and a half), refused naming --limit and the fix."""
+    for value, source, environ in ((1.5, {"limit": 1.5}, {}), (2.5, {}, {"LAYERPROBE_LIMIT": "2.5"})):
+        with pytest.raises(ConfigError, match=rf"--limit {value:g}.* is neither a fraction below 1 nor a whole number: "
+                                              rf"pass a whole count \({int(value)}\) or a fraction below 1"):
+            resolve(PruneConfig, {"task": "hellaswag", **source}, {}, environ=environ)
+    for value in (0.5, 1, 1.0, 2.0, 7):
+        config, _ = resolve(PruneConfig, {"task": "hellaswag", "limit": value}, {}, environ={})
+        assert config.limit == value
+
+
 def test_cli_bad_value_from_the_project_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "pyproject.toml").write_text('[tool.layerprobe]\nbatch_size = 0\n')
     monkeypatch.chdir(tmp_path)

@@ -236,14 +236,25 @@ def curve_table(sets: dict, rows: list[dict], metric: str, higher: bool, keep: f
     return pd.DataFrame(table, columns=CURVE_COLUMNS + CURVE_PAIRED + CURVE_HEALED)
 
 
-def check_intervals(config: PruneConfig, seq_len: int) -> None:
-    """--keep-by bound judges each k at the worse end of its paired interval: a task-free curve on one sequence has
-    none, so it is refused before anything is measured (issue 47 rule 5; an lm-eval curve with fewer than
-    MIN_DOCUMENTS documents judges no k and says so, decide.curve_decisions)."""
-    if config.curve.keep_by == "bound" and task_kind(config.task) == "taskfree" and config.data.tokens <= seq_len:
+def check_intervals(config: PruneConfig, seq_len: int, task: Any = None) -> None:
+    """--keep-by bound judges each k at the worse end of its paired interval: a task-free curve on one sequence, or an
+    lm-eval curve whose built task scores one document (--limit 1, --sample 1, a one-document task: `task`'s
+    harness splits know it before scoring), has none, so it is refused before anything is measured (issue 47 rule 5;
+    an lm-eval curve with 2 to MIN_DOCUMENTS - 1 documents judges no k and says so, decide.curve_decisions)."""
+    if config.curve.keep_by != "bound":
+        return
+    if task_kind(config.task) == "taskfree" and config.data.tokens <= seq_len:
         raise ConfigError(f"--keep-by bound judges each k at the worse end of its paired interval, and --tokens "
                           f"{config.data.tokens} at --seq-len {seq_len} is one sequence, which has no interval: pass "
                           f"--tokens of at least {2 * seq_len} (more than one sequence), or --keep-by point.")
+    splits = getattr(getattr(task, "harness", None), "splits", None) or {}
+    scored = [split.get("scored") for split in splits.values()]
+    if scored and None not in scored and sum(scored) == 1:
+        chose = (f"--limit {config.limit:g}" if config.limit is not None else
+                 f"--sample {config.sample}" if config.sample is not None else "the task itself")
+        raise ConfigError(f"--keep-by bound judges each k at the worse end of its paired interval, and task "
+                          f"'{config.task}' scores one document ({chose}), which has no interval: score more "
+                          "documents (10 or more to test a k; a larger --limit or --sample), or pass --keep-by point.")
 
 
 @takes(PruneConfig, "layerprobe.curve")  # the CLI's checks, from the same declarations, before anything loads
@@ -268,7 +279,7 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
         check_owned(Path(out), CURVE_COMMAND, "--overwrite")
     task, probe = open_sweep(config, need_corpus=any(STRATEGIES[s].reads for s in settings.strategies))
     warnings = probe.warnings + task.check(probe)
-    check_intervals(config, probe.seq_len)
+    check_intervals(config, probe.seq_len, task)
     check_foldable(config, probe)
     rescores = rescoring(settings)  # greedy: picks by scoring the probe corpus with --greedy-metric
     if rescores and METRICS[settings.greedy_metric].needs_lm and is_encoder(probe.model):

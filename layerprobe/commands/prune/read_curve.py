@@ -46,7 +46,7 @@ def curve_findings(run: Run) -> list[str]:
         tolerance += f" even at the worse end of its paired 95% interval (non-inferiority, one-sided {level:.1%})"
     table = run.tables.get("curve")
     out = predates_records(s, table) + detectable_lines(s) + chance_lines(s)
-    few = _too_few(s, bound)
+    few = too_few(s, bound)
     if few:
         out.append(few)
     for strategy, verdict in s.get("curve", {}).items():
@@ -66,7 +66,7 @@ def curve_findings(run: Run) -> list[str]:
     return out
 
 
-def _too_few(s: dict, bound: bool) -> str | None:
+def too_few(s: dict, bound: bool) -> str | None:
     n, least = s.get("documents"), s.get("min_documents") or 0
     if n is None or not s.get("records") or n >= least:
         return None
