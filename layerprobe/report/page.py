@@ -203,7 +203,13 @@ def report_runs(paths: list[str], out: str | None = None, overwrite: bool = Fals
     runs = [run for path in paths for run in find_runs(path, skipped=skipped).values()]
     if out is not None:  # into the one run it reads (report --out RUN), never inside one (RUN/merged) nor into one
         # of several (its folder would hold a page and figures of runs it never made)
-        check_out_apart(out, {f"the run folder '{run.label}'": run.folder for run in runs}, may_be=len(runs) == 1)
+        check_out_apart(out, {f"the run folder '{run.label}'": run.folder for run in runs}, may_be=True)
+        target = Path(out).expanduser().resolve()
+        into = next((run for run in runs if run.folder.resolve() == target), None) if len(runs) > 1 else None
+        if into is not None:
+            raise RunError(f"--out '{out}' is the run folder '{into.label}', one of the {len(runs)} runs this report "
+                           "reads: its folder would hold figures of runs it never made; pass a folder beside the runs "
+                           "(or one that holds them).")
     name_alike(runs)
     folder = Path(out) if out else Path(os.path.commonpath([str(r.folder.resolve().parent) for r in runs]))
     if out is None and (folder / "report.html").exists():  # another report's page: kept, this one goes beside it
