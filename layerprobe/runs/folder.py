@@ -98,6 +98,15 @@ def _ours_hidden(name: str) -> bool:
                for part in name.split("/"))
 
 
+def _head(path: Path) -> str:
+    """A file's first 4 kB as text ('' where it cannot be read): what writers' signatures are recognised by."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 REPORT_PAGES = ("report.html", "report.md")
 
 
@@ -111,11 +120,8 @@ def report_files(folder: Path) -> set[str]:
     They are layerprobe's but not the run's: never listed in the run's manifest, kept by its --overwrite."""
     pages = set()
     for name in REPORT_PAGES:
-        with contextlib.suppress(OSError):
-            if (folder / name).is_file() and not (folder / name).is_symlink():
-                with open(folder / name, "rb") as handle:
-                    if is_report_page(handle.read(4096).decode("utf-8", "replace")):
-                        pages.add(name)
+        if (folder / name).is_file() and not (folder / name).is_symlink() and is_report_page(_head(folder / name)):
+            pages.add(name)
     assets = folder / "report_files"
     if pages and assets.is_dir():
         pages |= {p.relative_to(folder).as_posix() for p in assets.rglob("*") if p.is_file() or p.is_symlink()}
@@ -259,10 +265,7 @@ def check_not_in_run(out: str | Path, option: str, is_ours: Callable[[str], bool
     if run is None:
         return
     path = Path(out).expanduser()
-    try:
-        head = path.read_bytes()[:4096].decode("utf-8", "replace") if path.is_file() else ""
-    except OSError:
-        head = ""
+    head = _head(path) if path.is_file() else ""
     if head and is_ours(head):
         return
     raise RunError(f"{option} '{out}' lies inside the layerprobe run '{run}': it would "
@@ -322,11 +325,7 @@ def check_file_owned(path: Path, is_ours: Callable[[str], bool], option: str, ov
         return
     if path.is_dir():
         raise RunError(f"{option}: '{path}' is a folder, not a file: pass a file path.")
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096).decode("utf-8", "replace")
-    except OSError:
-        head = ""
+    head = _head(path)
     if is_ours(head) or path.name in (written_by(path.parent)[1] or ()):
         return
     raise RunError(f"'{path}' is already there and layerprobe did not write it: move it away, pass another {option}, "
