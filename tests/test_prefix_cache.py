@@ -244,11 +244,15 @@ def test_resume_after_a_kill_mid_subject_equals_an_uninterrupted_run(models, two
                            limit=LIMIT, model=ModelOptions(str(models["gpt2"]), dtype="float32", device="cpu"),
                            data=DataOptions("builtin", tokens=64, seq_len=32, batch_size=1), **kw)
 
-    whole = run_prune(config(tmp_path / "whole"))
+    ticks = []
+    whole = run_prune(config(tmp_path / "whole"), lambda *call: ticks.append(call))
     per_subject = 4 * LIMIT  # requests
+    reached = {done for stage, done, _ in ticks if stage.startswith("request")}
 
-    def kill_in_the_second_subject(stage, done, total):
-        if stage.startswith("requests") and per_subject < done < total:
+    def kill_in_the_second_subject(stage, done, total):  # once the first subject's answers are saved
+        state = tmp_path / "cut" / "state.json"
+        if stage.startswith("request") and 0 < done < total and state.is_file() and \
+                len(json.loads(state.read_text()).get("shared_pass", {}).get("answers", ())) == per_subject:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
@@ -257,7 +261,9 @@ def test_resume_after_a_kill_mid_subject_equals_an_uninterrupted_run(models, two
     assert len(state["shared_pass"]["answers"]) == per_subject  # the first subject, whole; nothing of the second
     again = []
     resumed = run_prune(config(tmp_path / "cut", resume=True), lambda *call: again.append(call))
-    assert next(done for stage, done, _ in again if stage.startswith("requests")) == per_subject
+    first, total = next((done, total) for stage, done, total in again if stage.startswith("request"))
+    # the progress (request tokens) starts where the uninterrupted run's stood after the first subject, not at 0
+    assert 0 < first < total and first in reached
     pd.testing.assert_frame_equal(pd.read_csv(resumed.folder / "prune.csv"), pd.read_csv(whole.folder / "prune.csv"),
                                   check_exact=True)
     assert resumed.summary["prefix_cache"]["groups"] == 1  # this process's: the second subject

@@ -86,7 +86,9 @@ class SharedPrefixLM(HFLM):
         self.answered = self.computed = 0  # requests answered from the store / computed the plain way
         self.labels: list[str | None] = [None, *(v.label for v in variants)]  # the order of a saved answer's items
         self.saved: dict[str, list] = {}  # request key -> [[loglikelihood, greedy] per label]: this pass so far
-        self.tick: Callable[[int, int], None] = lambda done, total: None  # (requests answered, requests)
+        # (tokens of the requests answered, of all requests): a request weighs its fed tokens, so a pass whose
+        # longest requests come first (HFLM's order) does not show an ETA many times too long
+        self.tick: Callable[[int, int], None] = lambda done, total: None
         self.save: Callable[[dict], None] | None = None  # called with the pass so far, at most every SAVE_EVERY s
         self.saved_at = time.monotonic()
         # block-tokens computed (tokens x blocks run) and what per-variant lm-eval computes for the same rows
@@ -139,7 +141,8 @@ class SharedPrefixLM(HFLM):
         keys = [request_key(r[1], r[2]) for r in requests]
         todo = [r for r, key in zip(requests, keys) if key not in self.saved]
         if todo:
-            self._compute(todo, len(requests) - len(todo), len(requests))
+            weights = [self.fed_width(r[1], r[2]) for r in requests]
+            self._compute(todo, sum(w for w, key in zip(weights, keys) if key in self.saved), sum(weights))
         if self.save is not None:
             self.save(self.pass_state())
         answers = {label: [tuple(self.saved[key][i]) for key in keys] for i, label in enumerate(self.labels)}
@@ -151,16 +154,21 @@ class SharedPrefixLM(HFLM):
         self.computed += len(todo)
         return answers[None]
 
+    def fed_width(self, context: list[int], continuation: list[int]) -> int:
+        """The tokens HFLM feeds for one request (its left truncation to max_length): its weight in the progress."""
+        return min(len(context) + len(continuation), self.max_length + 1) - 1
+
     def _compute(self, requests, done: int, total: int) -> None:
-        """Score `requests` for the unpruned model and every variant, into self.saved (by request key)."""
+        """Score `requests` for the unpruned model and every variant, into self.saved (by request key); progress
+        (done, total) in request tokens (fed_width)."""
         # HFLM's own ordering and grouping (one row serves all one-token continuations of a context)
         order = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])),
                          group_by="contexts" if self.logits_cache else None,
                          group_fn=lambda r: r[-2] + r[-1][:-1])
         size = self.choose_batch(requests)
         self.tick(done, total)
-        # requests per row (a row serves every one-token continuation of its context): progress inside a batch,
-        # whose variants can take minutes on a CPU, moves by the rows' share of the requests
+        # request tokens per row token (a row serves every one-token continuation of its context): progress inside
+        # a batch, whose variants can take minutes on a CPU, moves by the rows' share of the request tokens
         per_row = len(requests) / max(1, len({tuple(r[1] + r[2][:-1]) for r in requests}))
         rows = next(order.get_batched(n=0, batch_fn=None), [])  # every row, in HFLM's order
         self.naive_block_tokens += sum(len(fed(c, k, self.max_length)) for _, c, k in rows) * sum(
@@ -169,7 +177,8 @@ class SharedPrefixLM(HFLM):
 
         def run(chunk: list, compute: Callable) -> None:
             nonlocal done
-            per_variant = compute(chunk, lambda k: self.tick(done + int(len(chunk) * per_row * k / models), total))
+            weight = per_row * sum(self.fed_width(c, k) for _, c, k in chunk)
+            per_variant = compute(chunk, lambda k: self.tick(done + int(weight * k / models), total))
             done = self._record(order, chunk, per_variant, done)
             self.tick(done, total)
 
@@ -222,7 +231,7 @@ class SharedPrefixLM(HFLM):
                     # trailing slice: continuations of one group may differ in length (HFLM does the same)
                     picked = torch.gather(logp[:, -toks.shape[1]:], 2, toks.unsqueeze(-1))
                     self.saved[key].append([float(picked.sum()), equal])
-            done += len(expanded)
+            done += len(expanded) * self.fed_width(ctx_tokens, cont_tokens)  # the group's requests share the row
         return done
 
     def _prefix_plan(self, rows: list) -> tuple[list, list]:

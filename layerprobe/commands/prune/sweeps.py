@@ -266,7 +266,7 @@ class HarnessSweep:
                 lm.active = label
 
         if shared and left:  # the pass that scores every variant is most of the work: its own progress and saves
-            lm.tick = lambda done, total: job.progress("requests, every variant scored in one pass", done, total)
+            lm.tick = lambda done, total: job.progress("request tokens, every variant scored in one pass", done, total)
             lm.resume_pass(ledger.state.get("shared_pass"))
             lm.save = lambda state: ledger.save_state(shared_pass=state)
 
