@@ -136,7 +136,10 @@ def run_files(folder: Path, report: bool = True) -> list[str]:
         name = path.relative_to(folder).as_posix()
         if (path.is_file() or path.is_symlink()) and not _ours_hidden(name):
             found.append(name)
-    return found if report else [name for name in found if name not in report_files(folder)]
+    if report:
+        return found
+    pages = report_files(folder)  # once: it reads each page's head
+    return [name for name in found if name not in pages]
 
 
 def _lock_record(lock: Path) -> tuple[str | None, set[str]]:
