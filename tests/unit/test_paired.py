@@ -71,8 +71,9 @@ def test_bootstrap_is_the_naive_loop_with_the_same_seed():
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (len(diffs) - 1))
     delta = math.exp(pruned.sum() / tokens.sum()) - math.exp(base.sum() / tokens.sum())
     assert got.delta == pytest.approx(delta, rel=1e-12) and got.stderr == pytest.approx(sd, rel=1e-9)
-    ordered = sorted(diffs)  # the percentile interval: the 50th draw from either side of 2,000
-    assert (got.lo, got.hi) == pytest.approx((ordered[49], ordered[-50]), rel=1e-12)
+    ordered = sorted(diffs)  # the expanded percentile interval on 30 documents: the 37th draw from either side
+    k = math.floor(2000 * stats.norm.sf(math.sqrt(30 / 29) * stats.t.ppf(0.975, 29)))
+    assert k == 37 and (got.lo, got.hi) == pytest.approx((ordered[k - 1], ordered[-k]), rel=1e-12)
 
 
 def test_holm_by_hand():

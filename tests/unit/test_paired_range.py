@@ -34,27 +34,27 @@ def _hand_draws(kind: str, conditions: list, coefficients: list, tokens: np.ndar
     return out
 
 
-def _percentile_by_hand(draws: list[float]) -> tuple[float, float, float]:
-    """(lo, hi, p): the 50th draw from either side of 2,000; p = (2 m + 1) / 2,001, m the draws at or past 0 on the
-    nearer side."""
+def _percentile_by_hand(draws: list[float], n: int) -> tuple[float, float]:
+    """The expanded percentile interval (Hesterberg 2015) of 2,000 draws on n documents: the k-th draw from either
+    side, k = floor(2000 x Phi(-sqrt(n / (n - 1)) x t_{n-1, 0.975})) by scipy."""
+    k = math.floor(2000 * stats.norm.sf(math.sqrt(n / (n - 1)) * stats.t.ppf(0.975, n - 1)) + 1e-9)
     ordered = sorted(draws)
-    m = min(sum(d <= 0 for d in draws), sum(d >= 0 for d in draws))
-    return ordered[49], ordered[1950], min(1.0, (2 * m + 1) / 2001)
+    return ordered[k - 1], ordered[-k]
 
 
-def test_a_ppl_change_is_the_percentile_of_the_hand_loop():
+def test_a_ppl_change_is_the_expanded_percentile_of_the_hand_loop_and_the_t_test_of_the_mean_nll():
     rng = np.random.default_rng(3)
     n = 30
-    tokens = rng.integers(40, 64, n).astype(float)
+    tokens = np.full(n, 48.0)
     before = tokens * rng.normal(3.0, 0.3, n)
-    after = before + tokens * rng.normal(0.2, 0.1, n)
+    after = before + tokens * rng.normal(0.02, 0.1, n)
     got = contrast(PPL, ["s"] * n, [before, after], [-1, 1], [tokens, tokens])
     draws = _hand_draws("exp_ratio", [before, after], [-1, 1], tokens)
-    lo, hi, p = _percentile_by_hand(draws)
     assert got.delta == pytest.approx(math.exp(after.sum() / tokens.sum()) - math.exp(before.sum() / tokens.sum()),
                                       rel=1e-12)
-    assert (got.lo, got.hi, got.p) == pytest.approx((lo, hi, p), rel=1e-12)
+    assert (got.lo, got.hi) == pytest.approx(_percentile_by_hand(draws, n), rel=1e-12)
     assert got.stderr == pytest.approx(np.std(draws, ddof=1), rel=1e-9)
+    assert got.p == pytest.approx(stats.ttest_rel(after / tokens, before / tokens).pvalue, rel=1e-9)
 
 
 def test_a_kl_change_from_a_nonzero_reference_is_the_percentile_too_and_so_is_a_ppl_change_of_dps():
@@ -64,13 +64,16 @@ def test_a_kl_change_from_a_nonzero_reference_is_the_percentile_too_and_so_is_a_
     before = tokens * rng.gamma(2.0, 0.2, n)
     after = before * rng.uniform(0.05, 0.9, n)
     got = contrast(KL, ["s"] * n, [before, after], [-1, 1], [tokens, tokens])
-    assert (got.lo, got.hi, got.p) == pytest.approx(_percentile_by_hand(_hand_draws("ratio", [before, after],
-                                                                                     [-1, 1], tokens)), rel=1e-12)
+    assert (got.lo, got.hi) == pytest.approx(_percentile_by_hand(_hand_draws("ratio", [before, after], [-1, 1],
+                                                                              tokens), n), rel=1e-12)
+    assert got.p == pytest.approx(stats.ttest_rel(after / tokens, before / tokens).pvalue, rel=1e-9)
     assert got.lo > -before.sum() / tokens.sum()
     four = [tokens * rng.normal(3.0, 0.2, n) for _ in range(4)]
     got = contrast(PPL, ["s"] * n, four, [1, -1, -1, 1], [tokens] * 4)
-    assert (got.lo, got.hi, got.p) == pytest.approx(_percentile_by_hand(_hand_draws("exp_ratio", four, [1, -1, -1, 1],
-                                                                                     tokens)), rel=1e-12)
+    draws = _hand_draws("exp_ratio", four, [1, -1, -1, 1], tokens)
+    assert (got.lo, got.hi) == pytest.approx(_percentile_by_hand(draws, n), rel=1e-12)
+    d = (four[0] - four[1] - four[2] + four[3]) / tokens  # the mean NLLs' change of changes
+    assert got.p == pytest.approx(stats.ttest_1samp(d, 0).pvalue, rel=1e-9)
 
 
 def test_a_kl_change_from_the_unpruned_zero_is_the_pruned_kl_on_the_log_scale_and_drift_on_the_logit():
@@ -111,17 +114,23 @@ def test_a_ppl_change_whose_normal_interval_crosses_ppl_1_stays_inside():
 
 
 @pytest.mark.parametrize("seed", range(30))
-def test_the_p_value_agrees_with_the_interval(seed):
-    """p < 0.05 exactly when the interval leaves out 0, for ppl and for kl and drift from a nonzero reference."""
+def test_every_end_is_a_change_some_resample_gives_and_the_p_value_points_the_same_way(seed):
+    """Each end of a ppl, kl or drift change is a difference of two scores in the range (ppl >= 1, ...), and the
+    p-value and the interval agree on 10 documents or more (fewer are not tested) wherever the interval's nearer end
+    is not within a tenth of its width of 0."""
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(3, 40))
+    n = int(rng.integers(5, 40))
     tokens = rng.integers(10, 60, n).astype(float)
     for stat, level in ((PPL, 3.0), (KL, 0.5), (DRIFT, 0.6)):
         before = tokens * rng.gamma(4.0, level / 4, n)
         after = np.clip(before + tokens * rng.normal(rng.normal(0, 0.05) * level, 0.15 * level, n), 1e-3 * tokens,
                         1.99 * tokens if stat is DRIFT else None)
         got = contrast(stat, ["s"] * n, [before, after], [-1, 1], [tokens, tokens])
-        assert (got.p < 0.05) == (got.lo > 0 or got.hi < 0), (stat.kind, got)
+        draws = _hand_draws(stat.kind, [before, after], [-1, 1], tokens)
+        for end in (got.lo, got.hi):  # a draw's value (to float summation order)
+            assert min(abs(x - end) for x in draws) <= 1e-9 * max(1.0, abs(end))
+        if n >= 10 and min(abs(got.lo), abs(got.hi)) > 0.1 * (got.hi - got.lo):  # tested runs, off the margin
+            assert (got.p < 0.05) == (got.lo > 0 or got.hi < 0), (stat.kind, got)
 
 
 def test_an_accuracy_change_whose_t_interval_leaves_its_range_takes_newcombes():
@@ -141,3 +150,14 @@ def test_an_accuracy_change_whose_t_interval_leaves_its_range_takes_newcombes():
                            "delta": -0.02}])
     row = add_intervals(table, records, "t").iloc[0]
     assert row["delta_lo"] >= -0.02 - 1e-15 and row["delta_hi"] <= 0.98
+
+
+def test_under_five_documents_the_bootstrap_gives_no_interval_but_keeps_its_test():
+    """On 4 documents the expanded percentile would need a draw beyond the most extreme of 2,000 (scipy: 2,000 x
+    Phi(-sqrt(4 / 3) t_3) < 1): no interval; the standard error and the t test of the mean NLL stay."""
+    assert 2000 * stats.norm.sf(math.sqrt(4 / 3) * stats.t.ppf(0.975, 3)) < 1
+    tokens = np.full(4, 20.0)
+    before, after = tokens * np.array([3.0, 3.2, 2.9, 3.1]), tokens * np.array([3.4, 3.3, 3.5, 3.2])
+    got = contrast(PPL, ["s"] * 4, [before, after], [-1, 1], [tokens, tokens])
+    assert math.isnan(got.lo) and math.isnan(got.hi) and got.stderr > 0
+    assert got.p == pytest.approx(stats.ttest_rel(after / tokens, before / tokens).pvalue, rel=1e-9)
