@@ -5,6 +5,7 @@ x_i - m + m T in place of the removed blocks, a hand AdamW loop, a fresh process
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -327,7 +328,8 @@ def test_bad_curve_heal_input(args, needle, model_dirs, tmp_path):
     assert_error(result, needle)
 
 
-def test_heldout_change_intervals_match_scipy_and_paths_are_the_run_folders(model_dirs, tmp_path, monkeypatch):
+def test_heldout_change_intervals_match_a_hand_bootstrap_and_scipy_and_paths_are_the_run_folders(model_dirs, tmp_path,
+                                                                                                  monkeypatch):
     """16 held-out sequences (tested): the kl change's paired interval and p are scipy's paired t on the per-sequence
     mean KL (equal positions per sequence make the ratio's influence the paired difference), the ppl change's
     standard error a naive bootstrap's (another generator); the run is started from another working directory and
@@ -353,13 +355,20 @@ def test_heldout_change_intervals_match_scipy_and_paths_are_the_run_folders(mode
     before, after = (np.array(reference_sequences("kl", full, m, folder, 512, 32, 4)) for m in (removed, repaired))
     assert len(set(before[:, 1])) == 1  # every sequence the same positions
     d = after[:, 0] / after[:, 1] - before[:, 0] / before[:, 1]
-    lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    # the paired bootstrap by hand: 2,000 resamples of the 16 sequences drawn one by one from default_rng(0), the
+    # expanded percentile interval (Hesterberg 2015) the k-th change from either side, k by scipy
+    draw = np.random.default_rng(0)
+    picks = [[int(draw.integers(0, 16)) for _ in range(16)] for _ in range(2000)]
+    ratio = lambda rows, pick: sum(rows[i, 0] for i in pick) / sum(rows[i, 1] for i in pick)  # noqa: E731
+    k = math.floor(2000 * stats.norm.sf(math.sqrt(16 / 15) * stats.t.ppf(0.975, 15)))
+    kl_draws = sorted(ratio(after, pick) - ratio(before, pick) for pick in picks)
     kl = change["kl"]  # layerprobe's kl is float32 (a change of 6e-5 between kls of 1e-3: float noise ~1e-7)
     assert kl["change"] == pytest.approx(d.mean(), abs=3e-7)
-    assert (kl["lo"], kl["hi"]) == pytest.approx((lo, hi), abs=3e-7)
-    assert kl["stderr"] == pytest.approx(stats.sem(d), rel=0.02)
+    assert (kl["lo"], kl["hi"]) == pytest.approx((kl_draws[k - 1], kl_draws[-k]), abs=3e-7)
+    assert kl["stderr"] == pytest.approx(np.std(kl_draws, ddof=1), rel=0.02)
     assert kl["p"] == pytest.approx(stats.ttest_rel(after[:, 0] / after[:, 1], before[:, 0] / before[:, 1]).pvalue,
                                     rel=0.05, abs=1e-12)
+    assert kl["lo"] > -before[:, 0].sum() / before[:, 1].sum()  # never a kl below 0
     nll_before, nll_after = (np.array(reference_sequences("ppl", full, m, folder, 512, 32, 4)) for m in (removed,
                                                                                                          repaired))
     ppl = change["ppl"]
@@ -369,6 +378,12 @@ def test_heldout_change_intervals_match_scipy_and_paths_are_the_run_folders(mode
     naive = exp_ratio(nll_after[draws]) - exp_ratio(nll_before[draws])
     assert ppl["stderr"] == pytest.approx(naive.std(ddof=1), rel=0.1)
     assert ppl["lo"] < ppl["change"] < ppl["hi"]
+    ppl_draws = sorted(float(np.exp(ratio(nll_after, pick)) - np.exp(ratio(nll_before, pick))) for pick in picks)
+    level = float(exp_ratio(nll_before))  # float32 ppls: the ends are differences of two, each good to ~1e-4 of it
+    assert (ppl["lo"], ppl["hi"]) == pytest.approx((ppl_draws[k - 1], ppl_draws[-k]), abs=1e-4 * level)
+    mean_nll = lambda rows: rows[:, 0] / rows[:, 1]  # noqa: E731  two ppls are equal exactly when these are
+    assert ppl["p"] == pytest.approx(stats.ttest_rel(mean_nll(nll_after), mean_nll(nll_before)).pvalue, rel=0.05,
+                                     abs=1e-12)
     table = pd.read_csv(out / "heal.csv")
     assert table["kl_change_lo"].iloc[1] == pytest.approx(kl["lo"]) and table["kl_change_lo"].isna().iloc[0]
     assert table["ppl_change_hi"].iloc[1] == pytest.approx(ppl["hi"])

@@ -75,6 +75,8 @@ class Metric:
     # output, computed once per batch (kl: log p and p), as the Original's attributes
     exp: bool = False  # the finished value is exp(mean) (perplexity), else the mean
     zero_baseline: bool = False  # the unpruned model scores 0 by definition: there is no baseline to state
+    bounds: tuple[float, float] = (0.0, math.inf)  # the values a score can take (ppl >= 1, 0 <= drift <= 2): no
+    # interval of a change leaves them (metrics/paired.py)
     higher_is_better: bool = False
     accepted_by: tuple[str, ...] = (TASK,)  # TASK: `prune --task NAME` (and a curve's score); RESCORING: a strategy
     # that scores the probe corpus as it picks minimizes it (greedy's --greedy-metric)
@@ -115,11 +117,11 @@ def accepted_by(sweep: str, more: tuple = ()) -> Names:
 
 
 register_metric(Metric("ppl", "causal-lm", "perplexity of the next token (lower is better)", _ppl_values, _ppl_edge,
-                       exp=True, accepted_by=(TASK, RESCORING)))
+                       exp=True, bounds=(1.0, math.inf), accepted_by=(TASK, RESCORING)))
 register_metric(Metric("kl", "causal-lm", "mean KL(original || pruned) of next-token distributions", _kl_values,
                        _kl_edge, _kl_reference, zero_baseline=True, accepted_by=(TASK, RESCORING)))
 register_metric(Metric("drift", "base", "mean 1 - cosine of the final hidden states against the original",
-                       _drift_values, _drift_edge, zero_baseline=True))
+                       _drift_values, _drift_edge, zero_baseline=True, bounds=(0.0, 2.0)))
 
 
 def tolerance_edge(metric: str, higher: bool, baseline: float, keep: float) -> float:

@@ -195,7 +195,8 @@ def statistic(metric: str) -> tuple[str, Statistic]:
 
     name = metric.split("/")[0]
     if name in METRICS:
-        return "total", Statistic("exp_ratio" if METRICS[name].exp else "ratio")
+        low, high = METRICS[name].bounds
+        return "total", Statistic("exp_ratio" if METRICS[name].exp else "ratio", low=low, high=high)
     return name, Statistic("mean")
 
 
@@ -261,12 +262,12 @@ def _scope(metric: str, task: str, groups: dict, tasks: list[str]) -> list[str]:
     return [scope] if scope in tasks else (tasks if "/" not in metric else [])
 
 
-def _weightings(strata: np.ndarray, kind: str) -> list[Statistic]:
+def _weightings(strata: np.ndarray, stat: Statistic) -> list[Statistic]:
     """A mean over several subtasks: document-weighted (lm-eval's weight_by_size) or each subtask alike."""
     labels = np.unique(strata)
-    if kind != "mean" or len(labels) < 2:
-        return [Statistic(kind)]
-    return [Statistic(kind), Statistic(kind, {s: 1 / len(labels) for s in labels})]
+    if stat.kind != "mean" or len(labels) < 2:
+        return [stat]
+    return [stat, dataclasses.replace(stat, weights={s: 1 / len(labels) for s in labels})]
 
 
 def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict,
@@ -315,7 +316,7 @@ def _reproduced(pair: Any, stat: Statistic, tokens: Any, row: Any, metric: str) 
     label = str(row.removed)
     strata = pair.index.get_level_values("task").to_numpy()
     counts = None if tokens is None or stat.kind == "mean" else tokens.loc[pair.index, [UNPRUNED, label]]
-    for candidate in _weightings(strata, stat.kind):
+    for candidate in _weightings(strata, stat):
         args = [candidate, strata, [pair[UNPRUNED].to_numpy(), pair[label].to_numpy()], [-1.0, 1.0]]
         if counts is not None:
             args.append([counts[UNPRUNED].to_numpy(), counts[label].to_numpy()])
@@ -325,7 +326,7 @@ def _reproduced(pair: Any, stat: Statistic, tokens: Any, row: Any, metric: str) 
             exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
             if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
                 interval = dataclasses.replace(interval, p=exact)
-            return bounded(interval, metric, *args[2], zero_one=exact is not None), candidate
+            return bounded(interval, *args[2], zero_one=exact is not None), candidate
     return None
 
 
@@ -348,23 +349,16 @@ def _clustered(interval: Interval, stat: Statistic, strata: np.ndarray, before: 
     return Interval(change, stderr, lo, hi, p)
 
 
-def bounded(interval: Interval, metric: str, before: np.ndarray, after: np.ndarray, zero_one: bool) -> Interval:
-    """An interval that keeps to the metric's range and never has a zero width: a 0/1 score's change over fewer than
-    SMALL documents, or with no document changed (the paired stderr 0), takes Newcombe's paired score interval; a
-    kl or drift change (the unpruned model scores 0, a pruned one >= 0) is computed on the log scale, so its lower
-    end stays above 0."""
-    from layerprobe.evaluation.metric import METRICS
-
-    if not math.isfinite(interval.lo) and not (zero_one and len(before) > 1):
+def bounded(interval: Interval, before: np.ndarray, after: np.ndarray, zero_one: bool) -> Interval:
+    """A 0/1 score's change kept to its range and never of zero width: over fewer than SMALL documents, with no
+    document changed (the paired stderr 0), or where the t interval leaves [-before, 1 - before] (a score near 0 or
+    1), Newcombe's paired score interval. (kl, drift and ppl keep to theirs in metrics/paired.py.)"""
+    if not zero_one:  # (McNemar's p: at least two documents)
         return interval
-    if zero_one and (len(before) < SMALL or interval.stderr == 0):
+    start = float(np.mean(before))
+    if len(before) < SMALL or interval.stderr == 0 or interval.lo < -start or interval.hi > 1 - start:
         lo, hi = newcombe_paired(before, after)
         return dataclasses.replace(interval, lo=lo, hi=hi)
-    name = metric.split("/")[0]
-    if name in METRICS and METRICS[name].zero_baseline and interval.delta > 0 and interval.stderr > 0:
-        spread = (interval.hi - interval.delta) / interval.delta  # quantile x stderr, relative to the change
-        return dataclasses.replace(interval, lo=interval.delta * math.exp(-spread),
-                                   hi=interval.delta * math.exp(spread))
     return interval
 
 

@@ -1,7 +1,8 @@
 """What a repair changed on the held-out text, with paired intervals over its sequences: each held-out sequence is
-scored before (the shortened model, unrepaired) and after, so the change of ppl (a paired bootstrap over sequences)
-and of kl (the analytic paired standard error of a ratio of sums) is the contrast `prune --task ppl|kl` computes for
-a removal (metrics/paired.py). Below MIN_DOCUMENTS sequences the intervals are kept and nothing is tested."""
+scored before (the shortened model, unrepaired) and after, so the change of ppl and of kl (the expanded percentile
+interval of a paired bootstrap over sequences, p the paired t test of mean NLL and of kl: metrics/paired.py) is the
+contrast `prune --task ppl|kl` computes for a removal. Below MIN_DOCUMENTS sequences the intervals are kept and
+nothing is tested."""
 
 from __future__ import annotations
 

@@ -164,6 +164,11 @@ def test_the_strategy_test_is_cluster_robust_where_the_runs_intervals_are():
     decided = curve_decisions(curve, records, "g", "acc", True, 0.5, "point", estimand={"name": "clustered"})
     assert decided["strategy_test"]["clustered"] and decided["strategy_test"]["against"] == clustered["against"]
     assert not curve_decisions(curve, records, "g", "acc", True, 0.5, "point")["strategy_test"]["clustered"]
+    # the first 9 questions only (fewer than MIN_DOCUMENTS = 10): no strategy is tested, as no k is judged
+    few = [r for r in records if r["doc_id"] < 9]
+    assert curve_decisions(curve, few, "g", "acc", True, 0.5, "point")["strategy_test"] is None
+    assert curve_decisions(curve, few + [r for r in records if r["doc_id"] == 9], "g", "acc", True, 0.5,
+                           "point")["strategy_test"] is not None
 
 
 def test_healed_intervals_still_measure_a_real_healing_change():

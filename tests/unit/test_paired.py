@@ -53,8 +53,8 @@ def test_ratio_interval_is_the_plain_one_for_equal_lengths():
 
 
 def test_bootstrap_is_the_naive_loop_with_the_same_seed():
-    """ppl = exp(sum NLL / sum tokens): the stderr is the sd of the paired resampled differences; the resamples
-    drawn one by one from default_rng(SEED) give the same numbers."""
+    """ppl = exp(sum NLL / sum tokens): the stderr is the sd of the paired resampled differences and the interval
+    their percentiles; the resamples drawn one by one from default_rng(SEED) give the same numbers."""
     rng = np.random.default_rng(3)
     n = 30
     tokens = rng.integers(40, 64, n).astype(float)
@@ -71,7 +71,9 @@ def test_bootstrap_is_the_naive_loop_with_the_same_seed():
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / (len(diffs) - 1))
     delta = math.exp(pruned.sum() / tokens.sum()) - math.exp(base.sum() / tokens.sum())
     assert got.delta == pytest.approx(delta, rel=1e-12) and got.stderr == pytest.approx(sd, rel=1e-9)
-    assert (got.lo, got.hi) == pytest.approx((delta - 1.959963984540054 * sd, delta + 1.959963984540054 * sd))
+    ordered = sorted(diffs)  # the expanded percentile interval on 30 documents: the 37th draw from either side
+    k = math.floor(2000 * stats.norm.sf(math.sqrt(30 / 29) * stats.t.ppf(0.975, 29)))
+    assert k == 37 and (got.lo, got.hi) == pytest.approx((ordered[k - 1], ordered[-k]), rel=1e-12)
 
 
 def test_holm_by_hand():

@@ -19,12 +19,13 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
            "--eval-every steps (else empty)", "nats"),
     Column("ppl_change_lo", "lower end of the paired 95% interval of heldout_ppl - step 0's over the held-out "
-           "sequences (a paired bootstrap, seed 0, 2,000 resamples); empty at step 0 and unscored steps",
+           "sequences (the paired bootstrap's expanded percentile interval, seed 0, 2,000 resamples); empty at "
+           "step 0 and unscored steps",
            label="ppl change lo", optional=True),
     Column("ppl_change_hi", "its upper end", label="ppl change hi", optional=True),
     Column("kl_change_lo", "lower end of the paired 95% interval of heldout_kl - step 0's over the held-out "
-           "sequences (the paired standard error of a ratio of sums, t)", "nats", label="kl change lo",
-           optional=True),
+           "sequences (the paired bootstrap's expanded percentile interval, seed 0, 2,000 resamples)", "nats",
+           label="kl change lo", optional=True),
     Column("kl_change_hi", "its upper end", "nats", label="kl change hi", optional=True),
 )
 REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run of blocks, fitted in order
@@ -77,7 +78,8 @@ SUMMARY = RUN + MODEL + CORPUS + (
     Key("heldout_unpruned_ppl", F, "ppl of the unpruned model on the held-out text"),
     Key("heldout_change", D, "heldout_after - heldout_before with paired intervals over the held-out sequences: "
         "sequences, tested (false below 10 sequences: too few documents to test, p null), and per metric (ppl, "
-        "kl) change, stderr, lo, hi, p (ppl: paired bootstrap, kl: paired standard error of a ratio of sums)",
+        "kl) change, stderr, lo, hi, p (the paired bootstrap's expanded percentile interval, seed 0, 2,000 "
+        "resamples; p the paired t test of the mean NLL, of kl)",
         required=False),
     Key("adapter", S, "the adapter folder (PeftModel.from_pretrained on the shortened model; null for other "
         "methods)", optional=True),

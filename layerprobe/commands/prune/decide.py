@@ -286,8 +286,8 @@ def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bo
                     scores: Any = None, estimand: dict | None = None) -> dict:
     """The summary keys of a curve's decisions (`curve` itself among them). Under bound with fewer than
     MIN_DOCUMENTS documents no k is judged: `table`'s `within` is set False in place (one probe sequence has no
-    interval at all; two have one with 1 degree of freedom). estimand: the run's interval_estimand (records.py);
-    where it is clustered by subtask, the strategy test is too."""
+    interval at all; two have one with 1 degree of freedom), and no strategy is tested (strategy_test null).
+    estimand: the run's interval_estimand (records.py); where it is clustered by subtask, the strategy test is too."""
     n = documents(records, metric)
     if keep_by == "bound" and n < MIN_DOCUMENTS:
         table["within"] = False
@@ -298,7 +298,8 @@ def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bo
            "keep_rule": BOUND_RULE if keep_by == "bound" else POINT_RULE,
            "keep_level": ONE_SIDED if keep_by == "bound" else None,
            "strategy_test": strategy_test(table, records, metric, higher, _candidate(table, found, higher),
-                                          (estimand or {}).get("name") == "clustered") if len(found) > 1 else None,
+                                          (estimand or {}).get("name") == "clustered")
+           if len(found) > 1 and n >= MIN_DOCUMENTS else None,  # too few documents: no strategy is tested
            "detectable": detectable_changes(scores if scores is not None else table, metric, family, n) if n else {},
            "chance_test": chance_tests(records, task, metric)}
     return out
