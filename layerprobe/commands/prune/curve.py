@@ -257,6 +257,17 @@ def check_intervals(config: PruneConfig, seq_len: int, task: Any = None) -> None
                           "documents (10 or more to test a k; a larger --limit or --sample), or pass --keep-by point.")
 
 
+def curve_figure(table: Any, summary: dict) -> Any:
+    """The curve's figure from its table and summary (model, task, part, num_layers, metric, baseline, chance, keep,
+    healed_baseline): the run's own, and rederive's after the intervals are recomputed."""
+    metric, baseline, part = summary["metric"], summary["baseline"], summary.get("part", "block")
+    edge = tolerance_edge(metric, summary["higher_is_better"], baseline, summary["keep"])
+    title = (f"{model_label(summary['model'])}: {summary['task']}{' (' + part + ' sub-layers)' if part != 'block' else ''}, "
+             f"{summary['num_layers']} layers")
+    return curve_plot(table, metric, baseline, summary.get("chance"), edge, title,
+                      healed_baseline=summary.get("healed_baseline"))
+
+
 @takes(PruneConfig, "layerprobe.curve")  # the CLI's checks, from the same declarations, before anything loads
 @abandons_on_error
 def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
@@ -330,9 +341,8 @@ def run_curve(config: PruneConfig, progress: Progress = silent) -> CurveRun:
                                  scores, estimand),
                "interval_estimand": estimand,
                "seconds": round(seconds, 3), "warnings": warnings}
-    figure = curve_plot(table, metric, baseline, chance, tolerance_edge(metric, higher, baseline, settings.keep),
-                        f"{model_label(facts['model'])}: {config.task}{' (' + config.part + ' sub-layers)' if config.part != 'block' else ''}, "
-                        f"{num_layers} layers", healed_baseline=healed.get(UNPRUNED))
+    figure = curve_figure(table, {**summary, "model": facts["model"], "task": config.task, "part": config.part,
+                                  "num_layers": num_layers})
     return write_run(folder, CURVE_COMMAND, tables={"curve": table, "scores": scores},
                      figures={"curve": figure}, summary=summary, config=config, started=started, seconds=seconds,
                      facts=facts, formats=config.formats, warnings=warnings)

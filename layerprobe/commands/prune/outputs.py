@@ -24,6 +24,22 @@ PREFERRED = ("acc", "acc_norm", "f1", "exact_match", "ppl", "kl", "drift")
 PruneRun = RunResult  # tables: prune (COLUMNS)
 
 
+def prune_figure(main: Any, summary: dict, distance: np.ndarray | None) -> Any:
+    """The run's bars of its main metric's changes with their intervals, from its rows and summary (model, task,
+    metric, baseline, block, the Spearman correlations): the run's own figure, and rederive's after the intervals
+    are recomputed. `distance`: the angular run's d(l, l+block) per row, or None."""
+    metric = summary["metric"]
+    title = f"{model_label(summary['model'])}: {summary['task']}"
+    if has_baseline(metric) and summary["baseline"] is not None:
+        title += f", unpruned {metric} = {summary['baseline']:.4g}"
+    correlations = summary.get("spearman_delta") or {}
+    return prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
+                      summary.get("spearman_angular_delta"),
+                      {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
+                      summary.get("block", 1), main["layer_type"].tolist() if "layer_type" in main else None,
+                      interval=(main["delta_lo"].to_numpy(), main["delta_hi"].to_numpy()))
+
+
 def check_metric(metric: str | None, available: list[str]) -> str:
     """--metric, or the first of PREFERRED the task reports."""
     if metric is None:
@@ -164,13 +180,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "seconds": round(seconds, 3),
         "warnings": warnings,
     }
-    title = f"{model_label(facts['model'])}: {config.task}"
-    if has_baseline(metric) and summary["baseline"] is not None:
-        title += f", unpruned {metric} = {summary['baseline']:.4g}"
-    figure = prune_bars(main["removed"].astype(str).tolist(), main["delta"].to_numpy(), metric, title, distance,
-                        correlation, {CHEAP_SIGNALS.get(k, "d(l, 1)"): v for k, v in correlations.items()},
-                        config.block, main["layer_type"].tolist() if "layer_type" in main else None,
-                        interval=(main["delta_lo"].to_numpy(), main["delta_hi"].to_numpy()))
+    figure = prune_figure(main, {**summary, "model": facts["model"], "task": config.task}, distance)
     return write_run(folder, PRUNE_COMMAND, tables={"prune": table}, figures={"prune": figure}, summary=summary,
                      config=config, started=started, seconds=seconds, facts=facts, formats=config.formats,
                      manifest_extra=manifest_extra, warnings=warnings)

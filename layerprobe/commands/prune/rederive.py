@@ -1,8 +1,10 @@
 """rederive(folder): a finished prune or curve run's intervals, Holm flags and decisions recomputed from its own
 per-document records (samples.csv.gz) by this layerprobe, without loading the model: prune.csv / scores.csv's
-paired columns, curve.csv's `within`, and summary.json's decision keys (commands/prune/decide.py). Scores, layer
-sets, figures and manifest.json stay as the run wrote them; summary.json's `rederived` says what changed and by
-which version. For committed example runs scored before the decisions existed."""
+paired columns, curve.csv's `within`, summary.json's decision keys (commands/prune/decide.py), and the figure
+that draws the intervals (prune.png, curve.png: the run's own drawing functions, in the run's formats; a prune figure
+whose angular run is gone stays as it was). Scores, layer sets and manifest.json stay as the run wrote them;
+summary.json's `rederived` says what changed and by which version. For committed example runs scored before the
+decisions existed."""
 
 from __future__ import annotations
 
@@ -35,6 +37,22 @@ def _signals(run: Any, main: Any, higher: bool) -> dict | None:
     values = {k: v for k, v in values.items() if np.isfinite(v).all()}
     cost = (-main["delta"] if higher else main["delta"]).to_numpy()
     return signal_test(values, cost)
+
+
+def _figure(run: Any, tables: dict, summary: dict) -> Any:
+    """The run's figure redrawn from its recomputed table, or None where it cannot be drawn alike."""
+    from layerprobe.commands.prune.curve import curve_figure
+    from layerprobe.commands.prune.outputs import _angular_distance, prune_figure
+
+    if run.command == "curve":
+        return curve_figure(tables["curve"], summary)
+    main = tables["prune"][tables["prune"]["metric"] == summary["metric"]].sort_values("layer")
+    angular = Path(summary["angular_run"]) if summary.get("angular_run") else None
+    if angular is None:
+        return prune_figure(main, summary, None)
+    if not (angular / "angular.csv").is_file():
+        return None  # its d(l, l+n) line cannot be drawn again
+    return prune_figure(main, summary, _angular_distance(angular, main["layer"], summary.get("block", 1)))
 
 
 def _prune(run: Any, records: list[dict], family: str, cluster: str) -> tuple[dict, dict]:
@@ -90,7 +108,7 @@ def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main", c
     scored before --cluster carried) or 'subtask' (a new run's default)."""
     from layerprobe import __version__
     from layerprobe.evaluation import records as records_file
-    from layerprobe.runs.folder import write_csv, write_json
+    from layerprobe.runs.folder import save_figure, write_csv, write_json
     from layerprobe.runs.read import load_run
     from layerprobe.runs.schema import check_summary
 
@@ -102,11 +120,17 @@ def rederive(folder: Path | str, keep_by: str = "bound", family: str = "main", c
         raise RunError(f"{folder} has no {records_file.FILE}: its decisions cannot be recomputed; score it again.")
     found, tables = (_prune(run, records, family, cluster) if run.command == "prune"
                      else _curve(run, records, family, keep_by, cluster))
+    figure = _figure(run, tables, {**run.summary, **found})
+    stem = "curve" if run.command == "curve" else "prune"
+    formats = tuple(run.manifest.get("config", {}).get("formats") or ("png",))
     summary = check_summary(run.command, {**run.summary, **found, "rederived": {
         "layerprobe": __version__, "from": records_file.FILE, "family": family, "cluster": cluster,
         "keep_by": keep_by if run.command == "curve" else None,
-        "recomputed": sorted(tables) + ["summary.json decisions"]}})
-    for stem, table in tables.items():
-        write_csv(run.folder / f"{stem}.csv", table)
+        "recomputed": sorted(tables) + ["summary.json decisions"] + ([f"{stem} figure"] if figure else [])}})
+    for name, table in tables.items():  # in the columns' order the run wrote, new columns after them
+        old = list(run.tables[name].columns)
+        write_csv(run.folder / f"{name}.csv", table[[c for c in old if c in table] + [c for c in table if c not in old]])
+    if figure is not None:
+        save_figure(run.folder / stem, figure, formats)
     write_json(run.folder / "summary.json", summary)
     return summary
