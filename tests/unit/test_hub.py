@@ -68,13 +68,3 @@ def test_hub_dataset_with_live_hub_is_a_hub_corpus(live_hub):
 def test_typo_of_a_local_corpus_is_named_even_online(typo, live_hub):
     with pytest.raises(DatasetError, match="Did you mean: (builtin|pydoc)\\?"):
         open_corpus(typo)
-
-
-@pytest.mark.parametrize("command", [["angular"], ["prune", "--task", "kl"]])
-def test_hub_model_with_dead_hub_is_one_line_without_retries(command, dead_hub, tmp_path):
-    from tests.helpers import assert_error, invoke
-
-    result = invoke(*command, "nobody/no-model", "--dataset", "builtin", "--out", tmp_path / "run")
-    assert_error(result, "Model 'nobody/no-model' is neither a local folder nor in the hub cache")
-    assert "unreachable" in result.output and "Retry" not in result.output
-    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
