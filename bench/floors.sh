@@ -7,8 +7,8 @@
 # torch's floor, from PyPI's Linux wheel with its CUDA libraries (2.6 GiB), or from TORCH_INDEX (e.g.
 # https://download.pytorch.org/whl/cpu) where that index is reachable. KEEP=1 keeps the temp folder.
 # TESTS (default: the unit tier and the tiny-model tests of what a release may move: the internals, the block
-# table, surgery, norm placements, packing) is what pytest runs. Prints every direct dependency's installed
-# version, then pytest's summary; exits with pytest's status.
+# table, surgery, norm placements, packing, the corpus readers, every record's function refs) is what pytest
+# runs. Prints every direct dependency's installed version, then pytest's summary; exits with pytest's status.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/layerprobe-floors-XXXXXX")
@@ -57,6 +57,6 @@ for line in open(sys.argv[1]):
     print(f"{name} {version(name)}")
 EOF
 cd "$root"
-tests=${TESTS:-tests/unit tests/test_internals.py tests/test_layers.py tests/test_surgery.py tests/test_norms.py tests/test_packing.py}
+tests=${TESTS:-tests/unit tests/test_internals.py tests/test_layers.py tests/test_surgery.py tests/test_norms.py tests/test_packing.py tests/test_corpus_readers.py tests/test_command_refs.py}
 echo "== python -m pytest $tests -q"
 python -m pytest $tests -q -p no:cacheprovider

@@ -35,3 +35,28 @@ def test_packing_runs_out_and_batches_never_pad(tokenizer):
 def test_packing_budget_smaller_than_specials(tokenizer):
     seqs = list(packed_sequences(DOCS, tokenizer, seq_len=8, total_tokens=9))
     assert [len(s) for s in seqs] == [8, 1]
+
+
+def test_the_stream_is_each_document_tokenized_alone_across_the_growing_chunks(tokenizer):
+    """Documents go to the tokenizer 1, 2, 4, ... 64 at a time (a short run tokenizes only what it reads): the ids
+    are those of each document tokenized on its own, separator after each, over the built-in corpus's 79 documents
+    twice (chunks of 1 to 32 documents, then two of 64 and the rest), and a 96-token run asks for the first chunks
+    only."""
+    from layerprobe.data.corpora import open_corpus
+    from layerprobe.data.packing import token_stream
+
+    texts = list(open_corpus("builtin").texts()) * 2
+    assert len(texts) > 63 + 64 + 1
+    want = []
+    for doc in texts:
+        want += tokenizer(doc, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert list(token_stream(texts, tokenizer)) == want
+    read = []
+
+    def counted():
+        for doc in texts:
+            read.append(doc)
+            yield doc
+
+    list(batches(counted(), tokenizer, seq_len=24, batch_size=2, total_tokens=96))
+    assert len(read) < 8

@@ -10,7 +10,8 @@ from layerprobe.errors import ConfigError, DatasetError
 from layerprobe.models.layers import text_config
 
 
-DOCS_PER_CALL = 64  # documents handed to the (fast) tokenizer at once
+DOCS_PER_CALL = 64  # documents handed to the (fast) tokenizer at once, at most: the first call takes one, each
+# next one twice as many, so a run of a few hundred tokens never tokenizes 64 long documents it does not read
 UNBOUNDED = 1_000_000  # tokenizers report huge model_max_length when they have none
 
 
@@ -82,11 +83,12 @@ def token_stream(texts: Iterable[str], tokenizer: Any) -> Iterator[int]:
             yield from ids
             yield from separator
 
+    size = 1
     for text in texts:
         chunk.append(text)
-        if len(chunk) == DOCS_PER_CALL:
+        if len(chunk) == size:
             yield from encode(chunk)
-            chunk = []
+            chunk, size = [], min(2 * size, DOCS_PER_CALL)
     if chunk:
         yield from encode(chunk)
 

@@ -99,20 +99,25 @@ def check_numbers(csv: Path, table: Any, columns: Any) -> None:
 
 def check_whole(csv: Path, table: Any, columns: Any) -> None:
     """Each count or index column (Column.whole) the table has holds a finite whole number >= 0 in every row (an
-    optional one may be empty): else one line naming the row and column, never a NaN layer or a 1.5 k read on."""
+    optional one may be empty): else one line naming the row and column, never a NaN layer or a 1.5 k read on.
+    (numpy arrays, not pandas Series: every table read back passes here, most of a few rows, where a Series
+    operation's overhead was most of the read.)"""
     import numpy as np
     import pandas as pd
 
     for column in columns:
         if column.name not in table.columns:
             continue
-        values = pd.to_numeric(table[column.name], errors="coerce").astype(float)  # check_numbers refused text
-        empty = values.isna()
-        bad = (~empty & (~np.isfinite(values) | (values != np.round(values)) | (values < 0))) \
-            | (empty & (not column.optional))
+        raw = table[column.name]
+        values = (raw if pd.api.types.is_numeric_dtype(raw) else pd.to_numeric(raw, errors="coerce")).to_numpy(
+            dtype=float, na_value=np.nan)  # check_numbers refused text
+        empty = np.isnan(values)
+        with np.errstate(invalid="ignore"):
+            bad = (~empty & (~np.isfinite(values) | (values != np.round(values)) | (values < 0))) \
+                | (empty & (not column.optional))
         if bad.any():
-            row = _first_row(bad)
-            shown = "empty (or NaN)" if empty.iloc[row - 1] else f"'{table[column.name].iloc[row - 1]}'"
+            row = int(bad.nonzero()[0][0]) + 1
+            shown = "empty (or NaN)" if empty[row - 1] else f"'{raw.iloc[row - 1]}'"
             raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where a whole number >= 0 ({column.meaning}) "
                            "belongs: re-run the command, or restore the file.")
 
@@ -120,15 +125,18 @@ def check_whole(csv: Path, table: Any, columns: Any) -> None:
 def check_words(csv: Path, table: Any, columns: Any) -> None:
     """Each text column of a given set of words (Column.words: a yes/no flag) the table has holds one of them in every
     row (an optional one may be empty): else one line naming the row and column, never a NaN flag read as True."""
+    import numpy as np
+    import pandas as pd
+
     for column in columns:
         if column.name not in table.columns:
             continue
-        values = table[column.name]
-        empty = values.isna()
-        bad = (~empty & ~values.map(str).isin(list(column.words))) | (empty & (not column.optional))
+        values = table[column.name].to_numpy()
+        empty = pd.isna(values)
+        bad = (~empty & ~np.isin(values.astype(str), list(column.words))) | (empty & (not column.optional))
         if bad.any():
-            row = _first_row(bad)
-            shown = "empty (or NaN)" if empty.iloc[row - 1] else repr(str(values.iloc[row - 1])[:30])
+            row = int(bad.nonzero()[0][0]) + 1
+            shown = "empty (or NaN)" if empty[row - 1] else repr(str(values[row - 1])[:30])
             raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where {' or '.join(column.words)} "
                            "belongs: re-run the command, or restore the file.")
 

@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from layerprobe.data.corpora import open_corpus
 from layerprobe.errors import DatasetError
 
 DOCS = ["The quick brown fox jumps over the lazy dog.", "Layer norms differ.", "A third small document here."]
-
-
-def test_readers_agree(tmp_path):
-    import datasets
-    import pandas as pd
-
-    (tmp_path / "c.txt").write_text("\n\n".join(DOCS) + "\n\n\n")
-    (tmp_path / "c.jsonl").write_text("".join(json.dumps({"text": d, "id": i}) + "\n" for i, d in enumerate(DOCS)))
-    pd.DataFrame({"body": DOCS}).to_parquet(tmp_path / "c.parquet")
-    datasets.Dataset.from_dict({"text": DOCS}).save_to_disk(str(tmp_path / "disk"))
-    assert list(open_corpus(str(tmp_path / "c.txt")).texts()) == DOCS
-    assert list(open_corpus(str(tmp_path / "c.jsonl")).texts()) == DOCS
-    assert list(open_corpus(str(tmp_path / "c.parquet"), text_field="body").texts()) == DOCS
-    assert list(open_corpus(str(tmp_path / "disk")).texts()) == DOCS
 
 
 def test_builtin_corpus_is_english_prose():

@@ -5,6 +5,7 @@ written down here."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -17,8 +18,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache  # each committed file is read once for all the quotes (read only: never changed in place)
+def _read(run: str, name: str):
+    path = ROOT / run / name
+    return json.loads(path.read_text(encoding="utf-8")) if name.endswith(".json") else pd.read_csv(path)
+
+
 def summary(run: str) -> dict:
-    return json.loads((ROOT / run / "summary.json").read_text(encoding="utf-8"))
+    return _read(run, "summary.json")
 
 
 def gradnorm(run: str, placement: str, key: str = "params_late_over_early") -> float:
@@ -27,7 +34,7 @@ def gradnorm(run: str, placement: str, key: str = "params_late_over_early") -> f
 
 def distance(run: str, layer: int) -> float:
     """d(l, 1) of one layer, from angular.csv."""
-    table = pd.read_csv(ROOT / run / "angular.csv")
+    table = _read(run, "angular.csv")
     return float(table[(table["n"] == 1) & (table["layer"] == layer)]["distance"].iloc[0])
 
 
@@ -37,19 +44,19 @@ def distances(run: str, layers: range) -> list[float]:
 
 def cheapest(run: str, rank: int) -> pd.Series:
     """The `rank`-th cheapest single-layer removal of prune.csv (0: the cheapest), lower-is-better metric."""
-    table = pd.read_csv(ROOT / run / "prune.csv")
+    table = _read(run, "prune.csv")
     return table.sort_values("pruned").iloc[rank]
 
 
 def deep_third_median(run: str) -> float:
     """The median cost of removing one layer of the last third (layers >= 2L/3) of prune.csv."""
-    table = pd.read_csv(ROOT / run / "prune.csv")
+    table = _read(run, "prune.csv")
     layers = int(table["layer"].max()) + 1
     return float(table[table["layer"] >= -(-2 * layers // 3)]["pruned"].median())
 
 
 def rows(run: str, table: str = "prune") -> pd.DataFrame:
-    return pd.read_csv(ROOT / run / f"{table}.csv")
+    return _read(run, f"{table}.csv")
 
 
 def pruned(run: str, layer: int) -> pd.Series:
