@@ -23,12 +23,12 @@ def _hand_draws(kind: str, conditions: list, coefficients: list, tokens: np.ndar
     draw = np.random.default_rng(0)
     n = len(tokens)
     out = []
-    for _ in range(2000):
-        pick = [int(draw.integers(0, n)) for _ in range(n)]
-        t = sum(tokens[i] for i in pick)
+    for _ in range(2000):  # one resample at a time, its n documents in one call (the generator's same stream)
+        pick = draw.integers(0, n, size=n)
+        t = float(np.sum(tokens[pick]))
         total = 0.0
         for c, values in zip(coefficients, conditions):
-            ratio = sum(values[i] for i in pick) / t
+            ratio = float(np.sum(np.asarray(values)[pick])) / t
             total += c * (math.exp(ratio) if kind == "exp_ratio" else ratio)
         out.append(total)
     return out
@@ -113,7 +113,7 @@ def test_a_ppl_change_whose_normal_interval_crosses_ppl_1_stays_inside():
     assert 1 - unpruned < got.lo < delta < got.hi and got.p < 0.05
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", range(8))
 def test_every_end_is_a_change_some_resample_gives_and_the_p_value_points_the_same_way(seed):
     """Each end of a ppl, kl or drift change is a difference of two scores in the range (ppl >= 1, ...), and the
     p-value and the interval agree on 10 documents or more (fewer are not tested) wherever the interval's nearer end
@@ -128,7 +128,7 @@ def test_every_end_is_a_change_some_resample_gives_and_the_p_value_points_the_sa
         got = contrast(stat, ["s"] * n, [before, after], [-1, 1], [tokens, tokens])
         draws = _hand_draws(stat.kind, [before, after], [-1, 1], tokens)
         for end in (got.lo, got.hi):  # a draw's value (to float summation order)
-            assert min(abs(x - end) for x in draws) <= 1e-9 * max(1.0, abs(end))
+            assert np.abs(np.asarray(draws) - end).min() <= 1e-9 * max(1.0, abs(end))
         if n >= 10 and min(abs(got.lo), abs(got.hi)) > 0.1 * (got.hi - got.lo):  # tested runs, off the margin
             assert (got.p < 0.05) == (got.lo > 0 or got.hi < 0), (stat.kind, got)
 
