@@ -23,11 +23,21 @@ def test_hub_dataset_with_dead_hub_fails_before_streaming(dead_hub, monkeypatch)
         open_corpus("someone/corpus:en:train")
 
 
-@pytest.mark.parametrize("command", [["angular"], ["prune", "--task", "kl"]])
-def test_hub_model_with_dead_hub_is_one_line_without_retries(command, dead_hub, tmp_path):
+@pytest.mark.parametrize("command", [["angular"], ["prune", "--task", "kl"], ["export", "--remove", "0"],
+                                     ["heal", "--remove", "0", "--method", "lstsq"]])
+def test_hub_model_with_dead_hub_is_one_line_without_retries(command, dead_hub, tmp_path, monkeypatch):
+    """In any order of the suite (the hub library's endpoint read at its import, before or after the fixture): no
+    hub call at all, where each would retry for half a minute (angular's config peek for its lens once did)."""
+    import huggingface_hub.file_download as download
+
     from tests.helpers import assert_error, invoke
 
-    result = invoke(*command, "nobody/no-model", "--dataset", "builtin", "--out", tmp_path / "run")
+    def never(*args, **kwargs):
+        raise AssertionError("the hub library was asked")
+
+    monkeypatch.setattr(download, "get_hf_file_metadata", never)
+    data = ["--dataset", "builtin"] if command[0] != "export" else []
+    result = invoke(command[0], "nobody/no-model", *command[1:], *data, "--out", tmp_path / "run")
     assert_error(result, "Model 'nobody/no-model' is neither a local folder nor in the hub cache")
     assert "unreachable" in result.output and "Retry" not in result.output
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())

@@ -9,9 +9,8 @@ from layerprobe.config import DataOptions, ModelOptions
 from layerprobe.data.corpora import open_corpus
 from layerprobe.data.packing import check_sizes, sequence_limit
 from layerprobe.models.layers import BlockStack, find_blocks, find_stacks, layer_kinds, stack_name
-from layerprobe.errors import ArchitectureError, ModelLoadError, TaskError, all_checks
-from layerprobe.hub import hub_problem
-from layerprobe.models.load import LoadedModel, checkpoint_architecture, hub_cached, load_model, locate
+from layerprobe.errors import ArchitectureError, TaskError, all_checks
+from layerprobe.models.load import LoadedModel, check_hub_reachable, checkpoint_architecture, load_model, locate
 from layerprobe.runs.paths import portable_path
 
 
@@ -93,11 +92,7 @@ def _check_model(model: ModelOptions, head: str) -> None:
     """What can be told about the model without loading it: a missing or broken folder, a hub id while the hub is
     offline and not cached, a question-answering task on a checkpoint saved without a QA head."""
     source, _ = locate(model.model, model.gguf_file)
-    if source == "hub" and not hub_cached(model.model, model.revision):
-        problem = hub_problem()  # seconds, where the hub libraries would retry for half a minute
-        if problem is not None:
-            raise ModelLoadError(f"Model '{model.model}' is neither a local folder nor in the hub cache, and {problem}: "
-                                 "pass a local folder (or minilm, smollm2, gemma3), or run online once to cache it.")
+    check_hub_reachable(model.model, source, model.revision)  # seconds, where the hub libraries retry for 30 s
     if head == "qa":
         name = checkpoint_architecture(model.model, model.revision, model.trust_remote_code, model.gguf_file)
         if name and not name.endswith("ForQuestionAnswering"):

@@ -181,6 +181,18 @@ def check_model_folder(path: Path) -> None:
         )
 
 
+def check_hub_reachable(spec: str, source: str, revision: str | None = None) -> None:
+    """A hub id that is not cached, while the hub cannot be asked: one line in seconds, before any hub library call
+    (they retry for half a minute). Every config read of a hub id goes through it."""
+    from layerprobe.hub import hub_problem
+
+    if source == "hub" and not hub_cached(spec, revision):
+        problem = hub_problem()
+        if problem is not None:
+            raise ModelLoadError(f"Model '{spec}' is neither a local folder nor in the hub cache, and {problem}: "
+                                 "pass a local folder (or minilm, smollm2, gemma3), or run online once to cache it.")
+
+
 def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: bool = False,
                     gguf_file: str | None = None) -> str | None:
     """The config's model_type, without loading weights (a GGUF's architecture from its header)."""
@@ -190,6 +202,7 @@ def peek_model_type(spec: str, revision: str | None = None, trust_remote_code: b
     announce(f"loading {spec}")
     if source == "gguf":
         return read_header(path or resolve_gguf(spec, gguf_file, revision)).architecture
+    check_hub_reachable(spec, source, revision)
     try:
         config = transformers.AutoConfig.from_pretrained(str(path) if path else spec, revision=revision,
                                                          trust_remote_code=trust_remote_code)
@@ -216,6 +229,7 @@ def checkpoint_architecture(spec: str, revision: str | None = None, trust_remote
     source, path = locate(spec, gguf_file)
     if source == "gguf":
         return "ForCausalLM"
+    check_hub_reachable(spec, source, revision)
     try:
         config = transformers.AutoConfig.from_pretrained(str(path) if path else spec, revision=revision,
                                                          trust_remote_code=trust_remote_code)
