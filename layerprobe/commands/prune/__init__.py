@@ -185,8 +185,10 @@ PRUNE_COMMON = (
 PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("block", INTEGER, "layers removed per variant"),
     Key("variants", INTEGER, "variants scored"),
-    Key("least_important", LIST, "the variants whose removal costs least (at most 3)"),
-    Key("most_important", LIST, "the variants whose removal costs most (at most 3)"),
+    Key("least_important", LIST, "the variants whose removal costs least by point estimate (at most 3, or one "
+        "larger tie; a tie is never cut, and [] where every removal ties)"),
+    Key("most_important", LIST, "the variants whose removal costs most by point estimate (at most 3, or one "
+        "larger tie; never cut, never a variant of least_important, [] where every removal ties)"),
     Key("spearman_angular_delta", NUMBER, "Spearman(d(l, block), dP) with the angular run", optional=True),
     Key("spearman_delta", MAPPING, "Spearman of each cheap signal of the angular run with dP"),
     Key("significant", LIST, "the variants whose dP on the summary's metric is significant (paired 95% interval, "

@@ -102,8 +102,13 @@ def _best(run: Run) -> list[str]:
         if "strategy_test" in s or not found:
             return ["No strategy is tested against another (no per-document records, or too few documents): "
                     "which is best is not known."]
-        best = max(found.items(), key=lambda item: item[1]["max_k"])  # a run from before the tests: say what it is
-        return [f"Most layers within the tolerance (untested, by point estimate): {best[0]}."] if best[1]["max_k"] else []
+        most = max(v["max_k"] for v in found.values())  # a run from before the tests: say what it is
+        best = [name for name, v in found.items() if v["max_k"] == most]
+        if not most:
+            return []
+        return [f"Most layers within the tolerance (untested, by point estimate): {best[0]}." if len(best) == 1 else
+                f"Most layers within the tolerance (untested, by point estimate): {', '.join(best)} tie at {most}, "
+                "none can be ordered."]
     candidate = test["candidate"]
     pairs = "; ".join(_pair(candidate, other, t) for other, t in test["against"].items())
     how = f"({test['test']})"

@@ -1,0 +1,43 @@
+"""The cases an independent replay of issue 47 left open, one class each: a ranking sentence never orders a tie and
+says "by point estimate" wherever it rests on points; --task takes one task; --num-fewshot on a task without a
+few-shot split is refused; a broken local YAML task names its file and its problem; a two-subtask group claims no
+minimum detectable effect or clustered interval from a zero stderr on 1 degree of freedom."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from tests.helpers import assert_error, invoke
+from tests.test_prune_lmeval import QUESTIONS, task_dir  # noqa: F401 (the fixture)
+
+
+def _words(result) -> str:
+    return " ".join(result.output.split())  # a long line wraps
+
+
+def test_a_tie_is_said_to_be_one_and_points_are_said_to_be_points(model_dirs, task_dir, tmp_path):  # noqa: F811
+    """B05: one document, both removals at the same acc: the last line said 'least important: 0; most important: 1'.
+    B04: one probe sequence (no interval): 'least important: 1; most important: 0' without 'by point estimate'."""
+    one = invoke("prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--limit", "1",
+                 "--layers", "0,1", "--device", "cpu", "--batch-size", "2", "--out", tmp_path / "one")
+    assert one.exit_code == 0, one.output
+    table = pd.read_csv(tmp_path / "one" / "prune.csv")
+    main = table[table["metric"] == "acc"]
+    assert main["delta"].nunique() == 1  # the case: one 0/1 document, both removals tie
+    text = _words(one)
+    assert "least important:" not in text and "most important:" not in text
+    assert "every removal gives the same acc by point estimate: tied, none can be ordered" in text
+    summary = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["least_important"] == [] and summary["most_important"] == []
+
+    kl = invoke("prune", model_dirs["llama"], "--task", "kl", "--dataset", "builtin", "--seq-len", "16",
+                "--batch-size", "2", "--tokens", "16", "--layers", "0,1", "--device", "cpu", "--out", tmp_path / "kl")
+    assert kl.exit_code == 0, kl.output
+    deltas = pd.read_csv(tmp_path / "kl" / "prune.csv").set_index("removed")["delta"]
+    assert deltas[0] != deltas[1] and pd.read_csv(tmp_path / "kl" / "prune.csv")["delta_lo"].isna().all()
+    cheap, costly = (0, 1) if deltas[0] < deltas[1] else (1, 0)  # kl: lower is better, the cheaper removal
+    assert (f"least important by point estimate: {cheap}; most important by point estimate: {costly}"
+            in _words(kl))
