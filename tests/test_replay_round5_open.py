@@ -41,3 +41,13 @@ def test_a_tie_is_said_to_be_one_and_points_are_said_to_be_points(model_dirs, ta
     cheap, costly = (0, 1) if deltas[0] < deltas[1] else (1, 0)  # kl: lower is better, the cheaper removal
     assert (f"least important by point estimate: {cheap}; most important by point estimate: {costly}"
             in _words(kl))
+
+
+def test_a_comma_list_of_tasks_is_refused_by_name(model_dirs, task_dir, tmp_path):  # noqa: F811
+    """A10, D18: 'zs_mc,shot_mc' was looked up as one task name ("Unknown task 'zs_mc,shot_mc'. Did you mean ...");
+    it is a list, which --task does not take, for a sweep and a curve alike."""
+    for curve in ([], ["--curve", "--strategies", "last", "--max-removed", "1"]):
+        result = invoke("prune", model_dirs["llama"], "--task", "tiny_mc,tiny_mc", "--include-path", task_dir,
+                        "--limit", "2", *curve, "--device", "cpu", "--out", tmp_path / "p")
+        assert_error(result, "--task takes one task or group, got a list 'tiny_mc,tiny_mc': run one prune per task")
+        assert "Unknown task" not in result.output and not (tmp_path / "p").exists()

@@ -58,6 +58,7 @@ class HarnessTask:
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
         _import_lm_eval()
+        check_one_task(self.name)
         if self.include_path is not None and not Path(self.include_path).exists():
             raise TaskError(f"--include-path '{self.include_path}' does not exist: pass the folder holding your task YAML files.")
         if self.num_fewshot is not None and self.num_fewshot < 0:
@@ -181,6 +182,13 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+def check_one_task(name: str) -> None:
+    """--task names one task or group: lm-eval's own CLI takes a comma list, this one scores one task's variants."""
+    if "," in str(name):
+        raise ConfigError(f"--task takes one task or group, got a list '{name}': run one prune per task, or define a "
+                          "group YAML that lists them (--include-path).")
 
 
 def check_sample(sample: int | None, limit: float | None) -> None:
