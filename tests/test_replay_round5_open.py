@@ -51,3 +51,36 @@ def test_a_comma_list_of_tasks_is_refused_by_name(model_dirs, task_dir, tmp_path
                         "--limit", "2", *curve, "--device", "cpu", "--out", tmp_path / "p")
         assert_error(result, "--task takes one task or group, got a list 'tiny_mc,tiny_mc': run one prune per task")
         assert "Unknown task" not in result.output and not (tmp_path / "p").exists()
+
+
+def _mc_yaml(folder, name: str, extra: str = "", data: str | None = None, keys: str = "") -> None:
+    """A local multiple-choice task over QUESTIONS (its data file written beside it unless `data` names one)."""
+    if data is None:
+        data = str(folder / "mc.jsonl")
+        (folder / "mc.jsonl").write_text("".join(json.dumps({"question": q, "choices": c, "answer": a}) + "\n"
+                                                 for q, c, a in QUESTIONS))
+    (folder / f"{name}.yaml").write_text(
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n{extra}"
+        f"test_split: test\n{keys}output_type: multiple_choice\ndoc_to_text: '{{{{question}}}}'\n"
+        "doc_to_choice: '{{choices}}'\ndoc_to_target: '{{answer}}'\n"
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n")
+
+
+def test_few_shot_examples_never_come_from_the_scored_split(model_dirs, task_dir, tmp_path):  # noqa: F811
+    """A03: --num-fewshot 2 on a task with only a test split passed with lm-eval's own log warning: its examples
+    were drawn from the documents it scores. Refused as --num-fewshot beyond the split is (A01); a task whose
+    examples come from its training split without naming a fewshot_split runs, and the run says which split."""
+    result = invoke("prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--num-fewshot",
+                    "2", "--limit", "2", "--layers", "0", "--device", "cpu", "--out", tmp_path / "p")
+    assert_error(result, "--num-fewshot 2: task 'tiny_mc' names no few-shot split")
+    assert "from the split it scores ('test')" in _words(result) and not (tmp_path / "p").exists()
+
+    folder = tmp_path / "train"
+    folder.mkdir()
+    _mc_yaml(folder, "train_mc", extra=f"    train: {folder / 'mc.jsonl'}\n", keys="training_split: train\n")
+    ok = invoke("prune", model_dirs["llama"], "--task", "train_mc", "--include-path", folder, "--num-fewshot", "1",
+                "--limit", "2", "--layers", "0", "--device", "cpu", "--out", tmp_path / "t")
+    assert ok.exit_code == 0, ok.output
+    note = "Few-shot examples of train_mc come from its training split 'train': the task names no fewshot_split"
+    assert note in _words(ok)
+    assert any(note in w for w in json.loads((tmp_path / "t" / "summary.json").read_text())["warnings"])

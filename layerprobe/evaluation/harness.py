@@ -53,6 +53,7 @@ class HarnessTask:
     records: list = field(default_factory=list)  # the last evaluation's per-document records (evaluation/records.py)
     groups: dict = field(default_factory=dict)  # group -> the leaf tasks under it (records of a group's metric)
     fewshot: dict = field(default_factory=dict)  # task -> the few-shot count lm-eval uses (after --num-fewshot)
+    notes: list = field(default_factory=list)  # what the run should say about the task (the run's warnings)
     sampled: dict | None = None  # --sample: task -> the sampled documents' indices (lm-eval's doc_id), ascending
 
     def build(self) -> HarnessTask:
@@ -129,19 +130,35 @@ class HarnessTask:
         self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
 
     def _check_fewshot(self) -> None:
-        """--num-fewshot within each task's few-shot split (lm-eval would stop on its own assertion while building
-        the requests): one line naming the option, the task and how many examples it has."""
-        if not self.num_fewshot:
-            return
+        """Few-shot examples from where they should come: --num-fewshot within each task's few-shot split (lm-eval
+        would stop on its own assertion while building the requests), and never drawn from the split the task scores
+        (lm-eval's fallback for a task that names no few-shot, training or validation split: only its warning). A
+        task that takes them from its training or validation split without naming a fewshot_split is noted."""
+        fallback: dict[str, list[str]] = {}
         for name, task in self.loaded["tasks"].items():
+            if not self.fewshot.get(name):
+                continue
+            source = fewshot_source(task)
+            scored = "test" if task.has_test_docs() else "validation"
+            if source is not None and source[0] == scored and self.num_fewshot:
+                raise ConfigError(f"--num-fewshot {self.num_fewshot}: task '{name}' names no few-shot split "
+                                  f"(fewshot_split, training_split or validation_split), so lm-eval would draw the "
+                                  f"examples from the split it scores ('{source[1]}'): pass --num-fewshot 0, or name a "
+                                  "fewshot_split in the task's YAML.")
+            if source is not None:
+                fallback.setdefault(f"its {source[0]} split '{source[1]}'", []).append(name)
             try:
                 docs = task.fewshot_docs()
             except Exception:  # a task without a few-shot split of its own: lm-eval's error, caught in evaluate
                 continue
             have = len(docs) if docs is not None else None
-            if have is not None and self.num_fewshot > have:
+            if have is not None and self.num_fewshot and self.num_fewshot > have:
                 raise ConfigError(f"--num-fewshot {self.num_fewshot} is more than task '{name}' has few-shot "
                                   f"examples ({have}): pass --num-fewshot {have} or fewer.")
+        for split, names in fallback.items():
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            self.notes.append(f"Few-shot examples of {shown} come from {split}: the task names no fewshot_split, "
+                              "and lm-eval falls back to it.")
 
     def higher_is_better(self) -> dict[str, bool]:
         """lm-eval's own direction of each metric."""
@@ -182,6 +199,20 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+def fewshot_source(task: Any) -> tuple[str, str] | None:
+    """Where lm-eval draws a task's few-shot examples from when it names no fewshot_split (ConfigurableTask's
+    fewshot_docs, then Task's): ('training' | 'validation' | 'test', the split), or None where it names one (or
+    lists its examples in fewshot_config). The scored split (test, else validation) is refused by _check_fewshot."""
+    cfg = getattr(task, "fewshot_cfg", None)
+    if (getattr(cfg, "split", None) or task.get_config("fewshot_split")) is not None \
+            or getattr(cfg, "samples", None) is not None:
+        return None
+    for kind in ("training", "validation", "test"):
+        if getattr(task, f"has_{kind}_docs")():
+            return kind, str(task.get_config(f"{kind}_split"))
+    return None
 
 
 def check_one_task(name: str) -> None:
