@@ -123,3 +123,27 @@ def test_a_broken_local_task_names_its_file_and_problem(model_dirs, tmp_path):
     ok = invoke("prune", model_dirs["llama"], "--task", "good_mc", "--include-path", folder, "--limit", "2",
                 "--layers", "0", "--device", "cpu", "--out", tmp_path / "ok")  # the broken neighbours do not matter
     assert ok.exit_code == 0, ok.output
+
+
+def test_compare_says_a_run_against_itself_is_identical_and_why_no_interval(model_dirs, task_dir, tmp_path):  # noqa: F811
+    """B13: `compare b05 b05` said "the runs do not both hold per-document records of the same documents" of two
+    identical one-document runs, which hold exactly that. The same folder twice is said to be one run (identical by
+    construction); a copy of the run is compared, and the verdict says its records give no interval because one
+    document is too few."""
+    import shutil
+
+    run = tmp_path / "one"
+    assert invoke("prune", model_dirs["llama"], "--task", "tiny_mc", "--include-path", task_dir, "--limit", "1",
+                  "--layers", "0,1", "--device", "cpu", "--out", run).exit_code == 0
+    for second in (run, f"{run}/", tmp_path / "." / "one"):
+        same = invoke("compare", run, second)
+        assert same.exit_code == 0, same.output
+        assert ("(baseline and new run are the same folder: a run compared with itself is identical by construction, "
+                "so this verdict tests nothing)") in _words(same)
+    shutil.copytree(run, tmp_path / "copy")
+    result = invoke("compare", run, tmp_path / "copy")
+    assert result.exit_code == 0, result.output
+    text = _words(result)
+    assert "do not both hold per-document records" not in text
+    assert ("tolerance only: the runs' per-document records of the same documents give no paired interval (too few "
+            "documents)") in text

@@ -13,7 +13,7 @@ from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
 from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, ends, ends_text, has_intervals,
                                         predates_records, ranked, signed, where_in_depth)
-from layerprobe.runs.compare import Check, Comparison, column_checks, outside, same_keys
+from layerprobe.runs.compare import NO_RECORDS, Check, Comparison, column_checks, outside, same_keys
 from layerprobe.runs.read import Run
 
 
@@ -345,6 +345,7 @@ class Noise:
         self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
         self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
         self.stderrs: dict[str, list[float]] = {}  # per metric, the paired stderr of every compared change
+        self.untested: list[str] = []  # why a check had no paired interval (Comparison.untested, the verdict)
 
     def detectable(self, name: str) -> list[str]:
         """compare's notes: per metric, the smallest change its paired intervals could see (80% power, each check
@@ -365,9 +366,18 @@ class Noise:
         """The check decided by tolerance and interval together where the records give one (worse: the change in
         the bad direction, for the baseline check; score_only: a curve point's score, not its dP)."""
         if self.wide is None:
+            self.untested.append(NO_RECORDS)
             return check
         found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
-        if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+        if found is None:
+            self.untested.append("the runs' per-document records cover different documents")
+            return check
+        if not math.isfinite(found.lo):
+            self.untested.append("the runs' per-document records of the same documents give no paired interval "
+                                 "(too few documents)")
+            return check
+        if abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+            self.untested.append("the runs' per-document records do not reproduce their tables' numbers")
             return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
         if found.stderr == found.stderr:
             self.stderrs.setdefault(metric, []).append(found.stderr)
@@ -408,3 +418,4 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         column_checks(into, name, "prune.csv", (pa, pb), str(metric), lambda removed: f"layer {removed}",
                       tol["prune"], done=("baseline", "delta"))
     into.notes += noise.detectable(name)
+    into.untested += noise.untested

@@ -210,6 +210,7 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     column_checks(into, name, "curve.csv", (a, b), metric, lambda key: f"{key[0]} k={key[1]}", tol["prune"],
                   done=("score",), alone_fails=HEALED_NUMBERS)  # a healed curve's numbers: never unread
     into.notes += noise.detectable(name)
+    into.untested += noise.untested
 
 
 HEALED_NUMBERS = ("healed_score", "healed_delta", "heal_change")  # curve.csv's numbers after --heal: in one run only, a
