@@ -147,3 +147,29 @@ def test_compare_says_a_run_against_itself_is_identical_and_why_no_interval(mode
     assert "do not both hold per-document records" not in text
     assert ("tolerance only: the runs' per-document records of the same documents give no paired interval (too few "
             "documents)") in text
+
+
+def test_two_subtasks_claim_no_detectable_effect_or_clustered_interval(model_dirs, tmp_path):
+    """B08: a 2-subtask group (--cluster subtask) gave 'a test would miss an acc change smaller than about 0' from a
+    zero stderr, and a cluster-robust gold-loglikelihood interval on 1 degree of freedom with stderr 0 called a
+    removal measurable. Neither is claimed now; summary.json and the findings say why."""
+    folder = tmp_path / "grp"
+    folder.mkdir()
+    for sub in ("sub_a", "sub_b"):  # the same documents in both: every subtask moves alike
+        _mc_yaml(folder, sub)
+    (folder / "grp.yaml").write_text("group: grp_mc\ntask:\n  - sub_a\n  - sub_b\naggregate_metric_list:\n"
+                                     "  - metric: acc\n    aggregation: mean\n    weight_by_size: true\n")
+    out = tmp_path / "run"
+    result = invoke("prune", model_dirs["llama"], "--task", "grp_mc", "--include-path", folder, "--limit", "2",
+                    "--cluster", "subtask", "--layers", "0", "--device", "cpu", "--batch-size", "2", "--out", out)
+    assert result.exit_code == 0, result.output
+    s = json.loads((out / "summary.json").read_text())
+    table = pd.read_csv(out / "prune.csv")
+    assert table[(table["metric"] == "acc")]["delta_stderr"].iloc[0] == 0  # the case, read from the table
+    assert s["detectable"]["acc"]["change"] is None and "paired stderr is 0" in s["detectable"]["acc"]["why"]
+    assert s["clustered"]["clusters"] == 2 and "acc" not in s["clustered"] and "gold loglikelihood" not in s["clustered"]
+    assert "1 degree of freedom, too few for a cluster-robust interval" in s["clustered"]["why"]
+    assert invoke("report", out, "--out", tmp_path / "page").exit_code == 0
+    page = " ".join((tmp_path / "page" / "report.md").read_text().split())
+    assert "smaller than about 0 " not in page and "measurable clustered" not in page
+    assert "no cluster-robust interval is claimed beside them" in page

@@ -127,6 +127,8 @@ def detectable_lines(s: dict) -> list[str]:
     out = []
     few = s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
     for label, d in (s.get("detectable") or {}).items():
+        if d.get("why"):
+            out.append(f"No minimum detectable effect for {label}: {d['why']}.")
         if d.get("change") is None or d["change"] != d["change"]:
             continue
         unit = ("sequences" if str(s.get("metric")) in METRICS else

@@ -160,7 +160,8 @@ DECISIONS = (  # what each run's sentences are tested by (commands/prune/decide.
         "in it), rule", required=False, optional=True),
     Key("detectable", MAPPING, "per metric (and 'gold loglikelihood'), the minimum detectable effect: the smallest true "
         "change seen with 80% power at the family's Holm-worst level alpha / size, (z_{1 - level/2} + z_0.8) x the "
-        "median paired stderr over the variants; documents, stderr, family, level, power, change", required=False),
+        "median paired stderr over the variants; documents, stderr, family, level, power, change (null, with why, "
+        "where the stderr is 0: no minimum detectable effect is claimed)", required=False),
     Key("chance_test", MAPPING, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
         "binomial test each (chance, baseline: correct, n, p; variants_at_chance: the variants it cannot tell from "
         "chance; p per variant); null for other tasks", required=False, optional=True),
@@ -196,8 +197,8 @@ PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("clustered", MAPPING, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
         "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
         "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
-        "stderr_ratio_median (clustered over stratified), and stratified_measurable (the stratified verdicts); null "
-        "otherwise", required=False, optional=True),
+        "stderr_ratio_median (clustered over stratified), and stratified_measurable (the stratified verdicts); with "
+        "fewer subtasks than --cluster subtask needs, only clusters and why (no interval claimed); null otherwise", required=False, optional=True),
     Key("signal_test", MAPPING, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
         "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
         "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),

@@ -170,6 +170,9 @@ def _clustered(s: dict, main: Any) -> list[str]:
     c, estimand = s.get("clustered"), s.get("interval_estimand") or {}
     if not c or not has_intervals(main):
         return []
+    if c.get("why"):
+        return [f"The estimand: prune.csv's intervals treat the {c['clusters']} subtasks as fixed strata (documents "
+                f"independent); no cluster-robust interval is claimed beside them: {c['why']}."]
     is_clustered = estimand.get("name") == "clustered"
     parts = []
     for label in (s["metric"], "gold loglikelihood"):
