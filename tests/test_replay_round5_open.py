@@ -173,3 +173,42 @@ def test_two_subtasks_claim_no_detectable_effect_or_clustered_interval(model_dir
     page = " ".join((tmp_path / "page" / "report.md").read_text().split())
     assert "smaller than about 0 " not in page and "measurable clustered" not in page
     assert "no cluster-robust interval is claimed beside them" in page
+
+
+INTERRUPT_AT_IMPORT = """
+import importlib.abc, os, signal, sys
+target = sys.argv[1]
+class Interrupt(importlib.abc.MetaPathFinder):  # Ctrl-C as `target` starts to import: deterministic timing
+    def find_spec(self, name, path, target_=None):
+        if name == target:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["layerprobe", *sys.argv[2:]]
+from layerprobe.cli import main
+main()
+"""
+
+
+@pytest.mark.parametrize("target", ["layerprobe.commands.angular.run",  # before the library call: typer's silent 130
+                                    "accelerate"])  # inside the library call, before the folder: an import cut short
+def test_ctrl_c_before_the_run_folder_is_one_line(target, model_dirs, tmp_path):
+    """Ctrl-C while the command sets up or the model loads (an import half-done): exit 130, one line saying nothing
+    was written, no traceback, no claim that finished work is kept, no folder. Before: typer's silent exit 130
+    outside the library call, and a RecursionError traceback from an import the interrupt broke inside it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT_IMPORT, target, "angular", str(model_dirs["llama"]),
+                           "--dataset", "builtin", "--tokens", "64", "--out", str(tmp_path / "a")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    text = done.stdout + done.stderr
+    assert done.returncode == 130, text
+    assert "Traceback" not in text and "finished work is kept" not in text
+    lines = [line for line in text.splitlines() if line.strip()]
+    assert lines[-1] == ("interrupted: nothing was written (stopped before the run folder was claimed): run the same "
+                         "command again."), text
+    assert not (tmp_path / "a").exists()

@@ -129,7 +129,10 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         abandon_run_dirs()
         raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
+        from layerprobe.cli.interrupt import STATE
+
         settle()
+        STATE["said"] = True  # the one line: cli/interrupt.py prints it for an interrupt outside this call
         console.print(f"[yellow]interrupted[/yellow]: {interrupted_text()}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     finally:
