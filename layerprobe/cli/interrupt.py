@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-STATE = {"interrupted": False, "said": False}  # an interrupt arrived; its line was printed (by common.call)
+STATE = {"interrupted": False}  # an interrupt arrived (common.INTERRUPT_SAID: call() printed its line)
 
 
 BEFORE = ("interrupted: nothing was written (stopped before the run folder was claimed): run the same command "
@@ -46,7 +46,9 @@ def interrupts_said_once() -> Iterator[None]:
     try:
         yield
     except SystemExit as exc:
-        if STATE["interrupted"] and not STATE["said"]:
+        from layerprobe.cli.common import INTERRUPT_SAID
+
+        if STATE["interrupted"] and not INTERRUPT_SAID[0]:
             _say_and_exit()
         raise exc
     except BaseException:
