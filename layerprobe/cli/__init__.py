@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 
-import typer
+from layerprobe.cli.interrupt import on_start
 
-from layerprobe.cli.options import SectionedCommand, SentenceGroup
+on_start()  # Ctrl-C while the rest imports is one line too
+
+import typer  # noqa: E402
+
+from layerprobe.cli.options import SectionedCommand, SentenceGroup  # noqa: E402
 
 HELP = ("Which layers of a transformer actually work: angular distance, pruning sweeps, gradient norms; reports and CI "
         "verdicts.")
@@ -73,4 +77,7 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MPLBACKEND", "Agg")  # figures are Figure objects; no window ever opens
-    app()
+    from layerprobe.cli.interrupt import interrupts_said_once
+
+    with interrupts_said_once():
+        app()

@@ -119,6 +119,9 @@ def _has_cli() -> bool:
     return "words" in COMMAND_LINE
 
 
+INTERRUPT_SAID = [False]  # call() printed the interrupt's line (cli/interrupt.py does not print it again)
+
+
 def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run a library function; its typed errors become one red line and exit code 2."""
     from layerprobe.runs.folder import abandon_run_dirs
@@ -130,6 +133,7 @@ def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise fail(str(exc) + offline_command(exc)) from None
     except KeyboardInterrupt:
         settle()
+        INTERRUPT_SAID[0] = True  # the one line: cli/interrupt.py prints it for an interrupt outside this call
         console.print(f"[yellow]interrupted[/yellow]: {interrupted_text()}", highlight=False, soft_wrap=True)
         raise typer.Exit(130) from None
     finally:

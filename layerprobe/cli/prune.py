@@ -90,14 +90,13 @@ def show_prune(run) -> None:
     rho = s["spearman_angular_delta"]  # with dP in summary.json; said with the cost of removal, as the findings say it
     extra = (f", Spearman(d(l, 1), cost of removal) = {cost_rho(rho, s.get('higher_is_better', True)):+.2f}"
              if rho is not None else "")
-    if paired:  # what the paired intervals carry, not a ranking of noise
+    from layerprobe.report.findings import ranking_line
+
+    ranking = ranking_line(main, s.get("higher_is_better", True), s["metric"], paired)
+    if paired:  # what the paired intervals carry, then the points: never a ranking of noise said as measured
         found = ", ".join(s.get("significant") or []) or "none"
-        out.print(f"measurably different (paired 95% interval, Holm's correction over {len(main)}): {found}; least "
-                  f"important by point estimate: {', '.join(s['least_important'])}{extra} -> [bold]{run.folder}[/bold]",
-                  highlight=False)
-        return
-    out.print(f"least important: {', '.join(s['least_important'])}; most important: "
-              f"{', '.join(s['most_important'])}{extra} -> [bold]{run.folder}[/bold]", highlight=False)
+        ranking = f"measurably different (paired 95% interval, Holm's correction over {len(main)}): {found}; {ranking}"
+    out.print(f"{ranking}{extra} -> [bold]{run.folder}[/bold]", highlight=False)
 
 
 def show_curve(run) -> None:

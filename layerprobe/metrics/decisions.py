@@ -153,7 +153,8 @@ def clustered_mean_change(before: Sequence[float], after: Sequence[float], clust
     normalized to sum 1), with a cluster-robust (CR1) standard error: documents in one cluster (an MMLU subject,
     sharing its few-shot prefix) may be correlated. That is weighted least squares on a constant:
     Var = G / (G - 1) x sum_g (sum_{i in g} v_i (d_i - change))^2; the interval and p from Student's t with G - 1
-    degrees of freedom. A change within float rounding of the scores is exactly 0 ([0, 0], p 1)."""
+    degrees of freedom. A change within float rounding of the scores is exactly 0 ([0, 0], p 1); a zero stderr of
+    a real change (every cluster moved alike) gives no interval and no p (NaN): it is not a test."""
     from scipy import stats
 
     d = np.asarray(after, dtype=float) - np.asarray(before, dtype=float)
@@ -170,6 +171,8 @@ def clustered_mean_change(before: Sequence[float], after: Sequence[float], clust
     levels = [float((v * np.asarray(x, dtype=float)).sum()) for x in (before, after)]
     if float_zero(mean, stderr, levels):  # float rounding, not a change (paired.float_zero)
         return 0.0, 0.0, 0.0, 0.0, 1.0
+    if not stderr > 0:  # every cluster moved alike: a zero stderr is no evidence of precision, so no interval
+        return mean, stderr, math.nan, math.nan, math.nan
     q = float(stats.t.ppf(0.5 + LEVEL / 2, g - 1))
-    p = float(2 * stats.t.sf(abs(mean) / stderr, g - 1)) if stderr > 0 else (1.0 if mean == 0 else 0.0)
+    p = float(2 * stats.t.sf(abs(mean) / stderr, g - 1))
     return mean, stderr, mean - q * stderr, mean + q * stderr, p

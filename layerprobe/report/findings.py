@@ -50,6 +50,59 @@ def ranked(main: Any, higher: bool) -> Any:
     return main.assign(cost=cost.to_numpy()).sort_values(["cost", "layer"], kind="mergesort")
 
 
+def ends(main: Any, higher: bool, most: int = 3) -> tuple[list[Any], list[Any]]:
+    """The cheapest and the costliest removals by point estimate, as tie groups (frames of rows with one cost):
+    cheapest first, costliest first. A tie is never cut: a group enters whole (a first group larger than `most` is
+    still named, as a tie) or not at all, and no group is at both ends; ([], []) where every removal ties (nothing
+    can be ordered) or there is one. Every ranking sentence (prune's last line, the findings, summary.json's
+    least_important and most_important) reads these ends."""
+    order = ranked(main, higher)
+    groups = [rows for _, rows in order.groupby("cost", sort=True)]
+    if len(groups) < 2:
+        return [], []
+    k = min(most, len(order) // 2)
+
+    def take(levels: list[Any]) -> list[Any]:
+        chosen, count = [], 0
+        for rows in levels:
+            if chosen and count + len(rows) > k:
+                break
+            chosen.append(rows)
+            count += len(rows)
+        return chosen
+
+    cheap = take(groups)
+    return cheap, take(groups[len(cheap):][::-1])
+
+
+SHOWN = 6  # the names of a tie shown in a sentence; summary.json lists them all
+
+
+def ends_text(groups: list[Any], show: Any = None) -> str:
+    """Tie groups as text: '3 (dP -0.1), 4, 5 (tied, dP 0)'; show(row) the value shown after each (None: none)."""
+    parts = []
+    for rows in groups:
+        names = ", ".join(str(r.removed) for r in rows.head(SHOWN).itertuples())
+        names += f" and {len(rows) - SHOWN} more" if len(rows) > SHOWN else ""
+        value = show(next(rows.itertuples())) if show else None
+        tied = "tied" if len(rows) > 1 else ""
+        detail = ", ".join(x for x in (tied, value) if x)
+        parts.append(f"{names} ({detail})" if detail else names)
+    return ", ".join(parts)
+
+
+def ranking_line(main: Any, higher: bool, metric: str, paired: bool) -> str:
+    """prune's last line: the removals least and most important by point estimate (the words say so; a paired
+    interval decides 'measurably different', which the line before it states), ties named as ties."""
+    cheap, costly = ends(main, higher)
+    if len(main) < 2:
+        return "one removal scored: nothing to rank by point estimate"
+    if not cheap:
+        return f"every removal gives the same {metric} by point estimate: tied, none can be ordered"
+    line = f"least important by point estimate: {ends_text(cheap)}"
+    return line if paired else line + f"; most important by point estimate: {ends_text(costly)}"
+
+
 def has_intervals(main: Any) -> bool:
     """The table carries paired intervals (per-document records) for at least one variant."""
     return "delta_lo" in main and main["delta_lo"].notna().any()
@@ -74,6 +127,8 @@ def detectable_lines(s: dict) -> list[str]:
     out = []
     few = s.get("documents") is not None and s["documents"] < (s.get("min_documents") or 0)
     for label, d in (s.get("detectable") or {}).items():
+        if d.get("why"):
+            out.append(f"No minimum detectable effect for {label}: {d['why']}.")
         if d.get("change") is None or d["change"] != d["change"]:
             continue
         unit = ("sequences" if str(s.get("metric")) in METRICS else

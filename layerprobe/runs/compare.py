@@ -47,6 +47,7 @@ class Comparison:
     checks: list[Check] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     tolerance: dict = field(default_factory=dict)
+    untested: list[str] = field(default_factory=list)  # why records gave no paired interval (the verdict says)
 
     @property
     def failures(self) -> list[Check]:
@@ -107,6 +108,10 @@ def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None 
             raise RunError(f"The folders hold different runs (only in baseline: {', '.join(only_old) or '-'}; "
                            f"only in new: {', '.join(only_new) or '-'}): compare matching run folders.")
     result = Comparison(baseline, new, tolerance=tolerance)
+    from pathlib import Path
+
+    if Path(baseline).resolve() == Path(new).resolve():  # said, not refused: a CI step may name one folder twice
+        result.untested.append(SAME_FOLDER)
     for name in sorted(old_runs):
         compare_runs(old_runs[name], new_runs[name], tolerance, result, name)
     return result
@@ -273,10 +278,18 @@ def render(result: Comparison, fmt: str, max_rows: int = 50) -> str:
 def _rule(result: Comparison) -> str:
     """Which rule decided: the tolerance alone, or (records on both sides) the tolerance and the paired interval."""
     paired = sum(c.rule != "tolerance" for c in result.checks)
+    if SAME_FOLDER in result.untested:
+        return SAME_FOLDER
     if not paired:
-        return "tolerance only: the runs do not both hold per-document records of the same documents"
+        why = "; ".join(dict.fromkeys(result.untested)) or NO_RECORDS
+        return f"tolerance only: {why}"
     return (f"{paired} of {len(result.checks)} checks by tolerance and paired 95% interval (a change inside its "
             "interval is sampling noise), the rest by tolerance")
+
+
+NO_RECORDS = "the runs do not both hold per-document records"
+SAME_FOLDER = ("baseline and new run are the same folder: a run compared with itself is identical by construction, "
+               "so this verdict tests nothing")
 
 
 def _verdict(result: Comparison) -> str:

@@ -473,3 +473,14 @@ def test_the_margin_tells_less_sure_from_everything_less_likely():
     text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": table})))
     assert "Without 1 of those 2 the model got less sure of the right answer" in text and "1 (margin -0.996" in text
     assert "Without 1 of them the drop cannot be told from everything getting less likely" in text and "3 (margin" in text
+
+
+def test_a_zero_cluster_robust_stderr_gives_no_interval():
+    """Issue 47, replay B08: two subtasks whose documents all moved by the same amount have a cluster-robust stderr
+    of exactly 0 (every cluster's residual sum is 0, by hand), and the change was 'measurable' at p 0 from an
+    interval of zero width. A zero stderr is no evidence of precision: no interval, no p."""
+    from layerprobe.metrics.decisions import clustered_mean_change
+
+    change, stderr, lo, hi, p = clustered_mean_change([0.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.5, 0.5], ["a", "a", "b", "b"])
+    assert change == 0.5 and stderr == 0.0
+    assert math.isnan(lo) and math.isnan(hi) and math.isnan(p)

@@ -223,7 +223,25 @@ def test_a_removal_tied_with_the_cheapest_is_never_called_costly():
     text = " ".join(prune_findings(prune))
     cheap, costly = text.split("Cheapest to remove", 1)[-1].split("; costliest:")
     assert cheap.split("): ")[1] == "8 (dP +0.02), 9 (dP +0.01)"  # a dP-0 layer tied with the costliest is not cheap
-    assert costly.split(".")[0].strip() == "7 (dP 0), 6 (dP 0), 5 (dP 0)"  # never 0, listed as cheap
+    # the eight dP-0 layers tie: named as one tie, never three of them in an order (issue 47)
+    assert costly.split(".")[0].strip() == "0, 1, 2, 3, 4, 5 and 2 more (tied, dP 0)"
+
+
+def test_a_ranking_sentence_never_cuts_a_tie():
+    """Issue 47: cheapest and costliest name whole ties or none of them. Four removals tied at dP -0.1 sit between
+    the cheapest (0) and the costliest (5): the old sentence named two of them as cheaper than the other two."""
+    deltas = [0.0, -0.1, -0.1, -0.1, -0.1, -0.5]
+    rows = pd.DataFrame({"layer": range(6), "block": 1, "removed": [str(i) for i in range(6)], "metric": "acc",
+                         "baseline": 0.5, "pruned": [0.5 + d for d in deltas], "delta": deltas})
+    run = Run(Path("."), "prune", {"model": "m", "metric": "acc", "higher_is_better": True, "task": "t",
+                                   "block": 1, "baseline": 0.5}, {}, {"prune": rows})
+    text = " ".join(prune_findings(run))
+    assert "Cheapest to remove, by point estimate (this run has no per-document records, so no interval): " \
+           "0 (dP 0); costliest: 5 (dP -0.5)." in text
+    assert "(dP -0.1)" not in text and "By point estimate, the layer cheapest to remove sits" in text
+    tied = rows.assign(delta=[0.0, -0.1, -0.1, -0.1, -0.1, -0.1])  # five tie at the costly end: named whole
+    run.tables["prune"] = tied
+    assert "costliest: 1, 2, 3, 4, 5 (tied, dP -0.1)." in " ".join(prune_findings(run))
 
 
 def test_conflicts_state_the_angular_rank_as_the_table_has_it():

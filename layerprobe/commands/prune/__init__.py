@@ -163,7 +163,8 @@ DECISIONS = (  # what each run's sentences are tested by (commands/prune/decide.
         "in it), rule", required=False, optional=True),
     Key("detectable", MAPPING, "per metric (and 'gold loglikelihood'), the minimum detectable effect: the smallest true "
         "change seen with 80% power at the family's Holm-worst level alpha / size, (z_{1 - level/2} + z_0.8) x the "
-        "median paired stderr over the variants; documents, stderr, family, level, power, change", required=False),
+        "median paired stderr over the variants; documents, stderr, family, level, power, change (null, with why, "
+        "where the stderr is 0: no minimum detectable effect is claimed)", required=False),
     Key("chance_test", MAPPING, "multiple choice: the unpruned score and every variant against chance, an exact two-sided "
         "binomial test each (chance, baseline: correct, n, p; variants_at_chance: the variants it cannot tell from "
         "chance; p per variant); null for other tasks", required=False, optional=True),
@@ -188,8 +189,10 @@ PRUNE_COMMON = (
 PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("block", INTEGER, "layers removed per variant"),
     Key("variants", INTEGER, "variants scored"),
-    Key("least_important", LIST, "the variants whose removal costs least (at most 3)"),
-    Key("most_important", LIST, "the variants whose removal costs most (at most 3)"),
+    Key("least_important", LIST, "the variants whose removal costs least by point estimate (at most 3, or one "
+        "larger tie; a tie is never cut, and [] where every removal ties)"),
+    Key("most_important", LIST, "the variants whose removal costs most by point estimate (at most 3, or one "
+        "larger tie; never cut, never a variant of least_important, [] where every removal ties)"),
     Key("spearman_angular_delta", NUMBER, "Spearman(d(l, block), dP) with the angular run", optional=True),
     Key("spearman_delta", MAPPING, "Spearman of each cheap signal of the angular run with dP"),
     Key("significant", LIST, "the variants whose dP on the summary's metric is significant (paired 95% interval, "
@@ -197,8 +200,8 @@ PRUNE_SUMMARY = RUN + MODEL + CORPUS_SOME + PRUNE_COMMON + SWEEP_FACTS + (
     Key("clustered", MAPPING, "a task of several subtasks (MMLU): subject-clustered paired intervals (CR1, t with G - 1 "
         "df) beside prune.csv's stratified ones, for the metric and the gold loglikelihood: clusters, per label "
         "measurable (Holm over the same family), intervals (removed -> [change, lo, hi, p]) and "
-        "stderr_ratio_median (clustered over stratified), and stratified_measurable (the stratified verdicts); null "
-        "otherwise", required=False, optional=True),
+        "stderr_ratio_median (clustered over stratified), and stratified_measurable (the stratified verdicts); with "
+        "fewer subtasks than --cluster subtask needs, only clusters and why (no interval claimed); null otherwise", required=False, optional=True),
     Key("signal_test", MAPPING, "which cheap signal to trust: the best-predicting signal against the runner-up, rho(best, "
         "cost) - rho(other, cost) with a percentile bootstrap over layers (resamples, seed; separates: the interval "
         "excludes 0); null with fewer than two signals or five layers", required=False, optional=True),

@@ -70,7 +70,10 @@ def detectable_changes(table: Any, metric: str, family: int, n: int) -> dict:
             stderr = _median_stderr(main[column].where(main[column] > 0, width))
         size = max(1, family)
         out[label] = {"documents": n, "stderr": stderr, "family": size, "level": ALPHA / size, "power": POWER,
-                      "change": detectable(stderr, size)}
+                      "change": detectable(stderr, size) if stderr > 0 else None}
+        if not stderr > 0:  # a zero-width interval sizes no test: no minimum detectable effect is claimed
+            out[label]["why"] = (f"its paired stderr is {stderr:.3g} (the variants' intervals have no width), so no "
+                                 "smallest detectable change can be stated; score more documents")
     return out
 
 
@@ -141,11 +144,17 @@ def clustered(table: Any, records: Any, metric: str) -> dict | None:
     from layerprobe.evaluation.records import LOGLIK, UNPRUNED, statistic
     from layerprobe.metrics.decisions import clustered_mean_change
 
+    from layerprobe.metrics.decisions import MIN_CLUSTERS
+
     wide = _wide(records)
     column, stat = statistic(metric)
     if wide is None or stat.kind != "mean" or wide.column(column) is None:
         return None
     out: dict = {"estimand": "cluster-robust (CR1) by subtask, t with G - 1 df, beside prune.csv's stratified one"}
+    g = len(set(wide.column(column).index.get_level_values("task")))
+    if 1 < g < MIN_CLUSTERS:  # t on G - 1 df from a handful of clusters: no interval claimed, and why
+        return {**out, "clusters": g, "why": f"{g} subtasks give {g - 1} degree{'s' if g > 2 else ''} of freedom, "
+                f"too few for a cluster-robust interval (at least {MIN_CLUSTERS} subtasks)"}
     main = table[(table["metric"] == metric)]
     for label, name in ((metric, column), ("gold loglikelihood", LOGLIK.get(column))):
         values = wide.column(name) if name else None

@@ -13,6 +13,7 @@ from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import CORRECTION
 from layerprobe.metrics.stats import spearman
 from layerprobe.plots.bars import prune_bars
+from layerprobe.report.findings import ends
 from layerprobe.runs.folder import model_label
 from layerprobe.runs.write import RunResult, write_run
 from layerprobe.commands.prune import PRUNE as PRUNE_COLUMNS, PRUNE_COMMAND
@@ -138,7 +139,7 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
                                for r in table.itertuples()]
     main = table[table["metric"] == metric].sort_values("layer")
     harm = -main["delta"] if higher else main["delta"]  # how much worse the model gets without the layer(s)
-    order = main.assign(harm=harm.to_numpy()).sort_values("harm")
+    cheap, costly = ends(main, higher)
     correlation = distance = None
     correlations: dict[str, float] = {}
     values: dict[str, np.ndarray] = {}  # each cheap signal at the removed layers, for the test of which to trust
@@ -165,9 +166,9 @@ def write_prune_outputs(folder: Path, rows: list[dict], config: Any, facts: dict
         "baseline": float(main["baseline"].iloc[0]) if len(main) else None,
         "block": config.block,
         "variants": len(main),
-        # at most half the variants each way: no layer is ever both least and most important
-        "least_important": [str(x) for x in order["removed"].head(min(3, len(order) // 2))],
-        "most_important": [str(x) for x in order["removed"].tail(min(3, len(order) // 2))[::-1]],
+        # at most half the variants each way, ties never cut (report/findings.py ends): no layer is ever both
+        "least_important": [str(x) for rows in cheap for x in rows["removed"]],
+        "most_important": [str(x) for rows in costly for x in rows["removed"]],
         "angular_run": str(angular_dir) if angular_dir else None,
         "spearman_angular_delta": correlation,
         # Spearman of each cheap signal of the angular run (d(l, n), Block Influence, logit-lens KL) with dP

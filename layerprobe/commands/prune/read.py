@@ -11,9 +11,9 @@ from layerprobe.errors import RunError
 from layerprobe.evaluation.metric import has_baseline
 from layerprobe.metrics.paired import holm_adjusted
 from layerprobe.metrics.stats import spearman_interval
-from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, has_intervals, predates_records,
-                                        ranked, signed, where_in_depth)
-from layerprobe.runs.compare import Check, Comparison, column_checks, outside, same_keys
+from layerprobe.report.findings import (chance_lines, chance_of, detectable_lines, ends, ends_text, has_intervals,
+                                        predates_records, ranked, signed, where_in_depth)
+from layerprobe.runs.compare import NO_RECORDS, Check, Comparison, column_checks, outside, same_keys
 from layerprobe.runs.read import Run
 
 
@@ -114,20 +114,26 @@ def _point_ranking(main: Any, higher: bool, s: dict, few: bool = False) -> list[
     if len(stderr) and float(order["cost"].abs().max()) <= 2 * float(stderr.iloc[0]):
         return [f"Every |dP| is within twice the baseline's standard error ({2 * float(stderr.iloc[0]):.3g}): no "
                 "removal can be told from noise, so none is ranked."]
-    if order["cost"].iloc[0] == order["cost"].iloc[-1]:
-        return [f"Every removal gives the same {s['metric']}: none is cheaper or costlier than another."]
-    k = min(3, len(order) // 2)  # never the same layer in both lists, nor a tie with the other end in either
-    cheap = order.head(k)[order.head(k)["cost"] < order["cost"].iloc[-1]]
-    costly = order.tail(k)[order.tail(k)["cost"] > order["cost"].iloc[0]][::-1]
+    cheap, costly = ends(main, higher)
+    if len(main) < 2:
+        return ["One removal scored: nothing to rank."]
+    if not cheap:
+        return [f"Every removal gives the same {s['metric']}: tied, none is cheaper or costlier than another."]
     why = "too few documents to test" if few else "this run has no per-document records, so no interval"
-    out = [f"Cheapest to remove, by point estimate ({why}): "
-           + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in cheap.itertuples())
-           + "; costliest: " + ", ".join(f"{r.removed} (dP {signed(r.delta)})" for r in costly.itertuples())
-           + "."]
+    dp = lambda r: f"dP {signed(r.delta)}"
+    out = [f"Cheapest to remove, by point estimate ({why}): {ends_text(cheap, dp)}; costliest: "
+           f"{ends_text(costly, dp)}."]
+    layers = [int(x) for rows in cheap for x in rows["layer"]]
     if s.get("block", 1) == 1 and len(main) >= 3:
-        out.append(where_in_depth(sorted(int(x) for x in main["layer"]), [int(x) for x in order.head(3)["layer"]],
-                                  "The three layers cheapest to remove"))
+        out.append(where_in_depth(sorted(int(x) for x in main["layer"]), layers,
+                                  f"By point estimate, the {_count(len(layers))} cheapest to remove"
+                                  + (" (a tie)" if len(cheap) == 1 and len(layers) > 1 else ""),
+                                  "sit" if len(layers) > 1 else "sits"))
     return out
+
+
+def _count(n: int) -> str:
+    return "layer" if n == 1 else f"{n} layers"
 
 
 def prune_findings(run: Run) -> list[str]:
@@ -164,6 +170,9 @@ def _clustered(s: dict, main: Any) -> list[str]:
     c, estimand = s.get("clustered"), s.get("interval_estimand") or {}
     if not c or not has_intervals(main):
         return []
+    if c.get("why"):
+        return [f"The estimand: prune.csv's intervals treat the {c['clusters']} subtasks as fixed strata (documents "
+                f"independent); no cluster-robust interval is claimed beside them: {c['why']}."]
     is_clustered = estimand.get("name") == "clustered"
     parts = []
     for label in (s["metric"], "gold loglikelihood"):
@@ -339,6 +348,7 @@ class Noise:
         self.wide = [records.Wide(f) for f in frames] if all(f is not None for f in frames) else None
         self.task, self.groups = old.summary.get("task", ""), old.summary.get("groups") or {}
         self.stderrs: dict[str, list[float]] = {}  # per metric, the paired stderr of every compared change
+        self.untested: list[str] = []  # why a check had no paired interval (Comparison.untested, the verdict)
 
     def detectable(self, name: str) -> list[str]:
         """compare's notes: per metric, the smallest change its paired intervals could see (80% power, each check
@@ -359,9 +369,18 @@ class Noise:
         """The check decided by tolerance and interval together where the records give one (worse: the change in
         the bad direction, for the baseline check; score_only: a curve point's score, not its dP)."""
         if self.wide is None:
+            self.untested.append(NO_RECORDS)
             return check
         found = self.records.change_interval(*self.wide, metric, self.task, self.groups, label, score_only)
-        if found is None or not math.isfinite(found.lo) or abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+        if found is None:
+            self.untested.append("the runs' per-document records cover different documents")
+            return check
+        if not math.isfinite(found.lo):
+            self.untested.append("the runs' per-document records of the same documents give no paired interval "
+                                 "(too few documents)")
+            return check
+        if abs(found.delta - check.delta) > 1e-9 * max(1.0, abs(check.delta)):
+            self.untested.append("the runs' per-document records do not reproduce their tables' numbers")
             return check  # no interval, or records that do not give the tables' numbers: the tolerance alone
         if found.stderr == found.stderr:
             self.stderrs.setdefault(metric, []).append(found.stderr)
@@ -402,3 +421,4 @@ def compare_prune(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
         column_checks(into, name, "prune.csv", (pa, pb), str(metric), lambda removed: f"layer {removed}",
                       tol["prune"], done=("baseline", "delta"))
     into.notes += noise.detectable(name)
+    into.untested += noise.untested

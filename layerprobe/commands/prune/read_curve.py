@@ -102,8 +102,13 @@ def _best(run: Run) -> list[str]:
         if "strategy_test" in s or not found:
             return ["No strategy is tested against another (no per-document records, or too few documents): "
                     "which is best is not known."]
-        best = max(found.items(), key=lambda item: item[1]["max_k"])  # a run from before the tests: say what it is
-        return [f"Most layers within the tolerance (untested, by point estimate): {best[0]}."] if best[1]["max_k"] else []
+        most = max(v["max_k"] for v in found.values())  # a run from before the tests: say what it is
+        best = [name for name, v in found.items() if v["max_k"] == most]
+        if not most:
+            return []
+        return [f"Most layers within the tolerance (untested, by point estimate): {best[0]}." if len(best) == 1 else
+                f"Most layers within the tolerance (untested, by point estimate): {', '.join(best)} tie at {most}, "
+                "none can be ordered."]
     candidate = test["candidate"]
     pairs = "; ".join(_pair(candidate, other, t) for other, t in test["against"].items())
     how = f"({test['test']})"
@@ -205,6 +210,7 @@ def compare_curve(old: Run, new: Run, tol: dict, into: Comparison, name: str) ->
     column_checks(into, name, "curve.csv", (a, b), metric, lambda key: f"{key[0]} k={key[1]}", tol["prune"],
                   done=("score",), alone_fails=HEALED_NUMBERS)  # a healed curve's numbers: never unread
     into.notes += noise.detectable(name)
+    into.untested += noise.untested
 
 
 HEALED_NUMBERS = ("healed_score", "healed_delta", "heal_change")  # curve.csv's numbers after --heal: in one run only, a

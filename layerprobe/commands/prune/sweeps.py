@@ -250,7 +250,7 @@ class HarnessSweep:
         if getattr(probe.model.config, "is_encoder_decoder", False):
             raise TaskError(f"Task '{self.config.task}' needs a causal LM, and '{probe.loaded.spec}' is an "
                             "encoder-decoder: use --task kl, ppl or drift with --stack encoder or decoder.")
-        return []
+        return list(self.harness.notes)
 
     def run(self, job: SweepJob) -> bool:
         from layerprobe.evaluation.harness import wrap_model
