@@ -379,3 +379,22 @@ def test_no_merged_writes_no_checkpoint_and_readers_refuse_it(model_dirs, tmp_pa
         assert_error(invoke("export", str(model), "--remove", "1", "--out", str(tmp_path / "x")), "--no-merged")
         assert_error(invoke("angular", str(model), "--dataset", "builtin", "--tokens", "64", "--out",
                             str(tmp_path / "y")), "--no-merged")
+
+
+def test_lora_on_opt_adapts_the_block_s_own_fc1_fc2(tokenizer):
+    """OPT keeps its MLP's fc1 and fc2 on the decoder layer itself (no mlp module): LoRA's targets are every
+    attention and MLP projection all the same, named here from the model's own module list, not layerprobe's."""
+    import torch
+    import transformers
+
+    from layerprobe.models.layers import find_blocks
+    from layerprobe.models.lora import lora_targets
+
+    torch.manual_seed(0)
+    config = transformers.OPTConfig(vocab_size=len(tokenizer), hidden_size=32, ffn_dim=64, num_hidden_layers=3,
+                                    num_attention_heads=4, word_embed_proj_dim=32, max_position_embeddings=64)
+    model = transformers.OPTForCausalLM(config)
+    by_hand = sorted(name for name, module in model.named_modules()
+                     if isinstance(module, torch.nn.Linear) and ".layers." in name)
+    assert any(name.endswith(".fc2") for name in by_hand)
+    assert sorted(lora_targets(model, find_blocks(model), ())) == by_hand

@@ -313,12 +313,23 @@ def projections(model: Any, stack: BlockStack) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for block in stack.blocks:
         for part in ("attn", "mlp"):
-            sublayer = find_sublayer(model, block, part).module
-            for module in sublayer.modules():
+            for module in _part_modules(model, block, part):
                 if type(module).__name__ in LINEAR_CLASSES and id(module) in names:
                     path = names[id(module)]
                     found.setdefault(path.rsplit(".", 1)[-1], []).append(path)
     return {name: list(dict.fromkeys(paths)) for name, paths in found.items()}
+
+
+def _part_modules(model: Any, block: Any, part: str) -> list:
+    """Every module of a block's attention or MLP sub-layer; an MLP with no module of its own (OPT's fc1, fc2 on the
+    block itself) is the block's direct children outside its attention."""
+    try:
+        return list(find_sublayer(model, block, part).module.modules())
+    except ArchitectureError:
+        if part != "mlp":
+            raise
+    attention = {id(m) for m in find_sublayer(model, block, "attn").module.modules()}
+    return [m for m in block.children() if id(m) not in attention]
 
 
 # ---- where a block's MLP output is made (training-free repair folds a linear map into it: heal --method lstsq) ----
