@@ -298,3 +298,15 @@ def test_an_error_before_any_work_still_leaves_no_folder(model_dirs, tmp_path, m
     monkeypatch.setattr(angular_module, "open_probe", broken)
     assert_error(invoke("angular", model_dirs["llama"], *TINY, "--out", tmp_path / "err"), "broken on purpose")
     assert not (tmp_path / "err").exists()
+
+
+def test_a_dangling_symlink_out_is_named_as_one(tmp_path):
+    """--out a symbolic link to nothing: os.makedirs says only 'File exists'; the error says it is a broken link."""
+    from layerprobe.errors import RunError
+    from layerprobe.runs.folder import prepare_run_dir
+
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone")
+    with pytest.raises(RunError, match="broken symbolic link .*gone.* does not exist"):
+        prepare_run_dir(link)
+    assert link.is_symlink() and not (tmp_path / "gone").exists()  # nothing made, nothing removed

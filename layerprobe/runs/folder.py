@@ -583,6 +583,9 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
             path = _redirect(out)
         raise RunError(f"Could not claim a run folder beside '{out}': pass another --out.")
     except OSError as exc:
+        if Path(out).is_symlink() and not Path(out).exists():  # os.makedirs says 'File exists' of a dangling link
+            raise RunError(f"--out '{out}' is a broken symbolic link (to '{os.readlink(out)}', which does not exist): "
+                           "create its target, remove the link, or pass another --out.") from None
         raise RunError(f"--out '{out}' cannot be created or written ({exc.strerror or first_line(exc)}): pass a "
                        "writable folder.") from None
 
