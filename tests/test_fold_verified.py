@@ -214,3 +214,18 @@ def test_a_curve_healed_by_a_fold_the_architecture_cannot_carry_is_refused_befor
     assert "use --heal lora or tail" in result.output and "--method" not in result.output
     assert "--part" not in result.output
     assert not (tmp_path / "c").exists()
+
+
+def test_the_merged_checkpoint_of_an_unfinished_heal_is_named_as_such(model_dirs, tmp_path):
+    """What a heal killed after its merged/ rename leaves (the lock naming heal, no summary.json): export, angular and
+    heal are told the run never finished and how to finish it, not handed 'the healed checkpoint'."""
+    import shutil
+
+    run = tmp_path / "heal"
+    shutil.copytree(model_dirs["llama"], run / "merged")
+    (run / ".layerprobe.lock").write_text("123@host\ncommand heal\nfile replace.csv\n", encoding="utf-8")
+    for command in (["export", run / "merged", "--remove", "0", "--out", tmp_path / "e"],
+                    ["angular", run / "merged", "--dataset", "builtin", "--tokens", "64", "--out", tmp_path / "a"]):
+        result = invoke(*command)
+        assert_error(result, "is the merged/ checkpoint of a heal run that has not finished")
+        assert f"--resume --out {run}" in " ".join(result.output.split())

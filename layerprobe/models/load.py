@@ -151,6 +151,10 @@ def heal_run_problem(path: Path) -> str | None:
     """Where MODEL is a `layerprobe heal` run folder, or its merged/ of a --no-merged run: what to pass instead (the
     run's summary.json says; runs/ is not imported here, below it), else None."""
     run = path.parent if path.name == "merged" else path
+    if path.name == "merged" and not (run / "summary.json").is_file() and _locked_by_heal(run):
+        return (f"'{path}' is the merged/ checkpoint of a heal run that has not finished ('{run}' holds its lock and "
+                f"no summary.json, as a killed run leaves it): run the same heal with --resume --out {run} to finish "
+                "it, or pass another model.")
     try:
         summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -161,6 +165,16 @@ def heal_run_problem(path: Path) -> str | None:
         return (f"'{run}' is a heal run written with --no-merged: it has no merged/ checkpoint to load. Heal again "
                 "without --no-merged to write one, or pass the unhealed model.")
     return f"'{path}' is a heal run folder, not a model: pass its healed checkpoint '{run / 'merged'}'."
+
+
+def _locked_by_heal(run: Path) -> bool:
+    """Whether a heal process claimed `run` and never finished it: its lock ('command heal' on a later line)."""
+    from layerprobe.runs.folder import LOCK
+
+    try:
+        return "command heal" in (run / LOCK).read_text(encoding="utf-8").splitlines()[1:]
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def check_model_folder(path: Path) -> None:
