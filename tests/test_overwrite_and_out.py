@@ -68,6 +68,93 @@ def test_overwrite_of_a_heal_run_by_another_method_leaves_nothing_of_it(model_di
     assert files_of(out) <= listed(out) and "transform.safetensors" not in listed(out)
 
 
+def everything(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, hidden ones included, with its bytes: a run left as it was compares equal."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def unwritable(folder: Path) -> bool:
+    """Make `folder` a place no file can be removed from, as a read-only mount or an immutable folder is (as root,
+    chmod does not stop removal: chattr +i does); False where this machine allows neither."""
+    import os
+    import subprocess
+
+    folder.chmod(0o555)
+    if not os.access(folder, os.W_OK):
+        return True
+    folder.chmod(0o755)
+    return subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+
+
+def writable(folder: Path) -> None:
+    import subprocess
+
+    subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+    folder.chmod(0o755)
+
+
+@pytest.mark.slow  # one tiny curve run
+def test_a_refused_overwrite_leaves_the_old_run_as_it_was(model_dirs, tmp_path):
+    """A curve run whose angular/ cannot be emptied (replay D_ro3): --overwrite is refused before anything is claimed
+    or removed, naming the file, and the folder is byte for byte what it was: no lock that would make report and
+    compare call the finished run unfinished, no file of it gone."""
+    out = tmp_path / "curve"
+    args = [str(a).replace("{model}", str(model_dirs["llama"])).replace("last", "angular") for a in RUNS["curve"]]
+    assert invoke(*args, "--out", out).exit_code == 0  # measures its angular/ run inside it
+    before = everything(out)
+    if not unwritable(out / "angular"):
+        pytest.skip("this machine can make no folder unwritable to the test's user")
+    try:
+        result = invoke(*args, "--out", out, "--overwrite")
+    finally:
+        writable(out / "angular")
+    assert_error(result, "cannot be removed")
+    assert "angular/" in result.output
+    assert everything(out) == before
+    assert invoke("report", out, "--out", tmp_path / "page").exit_code == 0  # still a finished run
+
+
+def test_overwrite_removes_layerprobes_leftovers_and_refuses_a_partial_it_did_not_mark(tmp_path):
+    """One rule for layerprobe's own leftovers in a replaced run (replay D_part): a '.x.partial-*' folder with the
+    mark files.publishing writes beside it, and a '.x.*.tmp' file, go with the run --overwrite replaces, as a resume
+    removes them; a '.partial-' folder without the mark is not layerprobe's, so --overwrite refuses it by name (as it
+    refuses any file the old run did not list) and leaves it, never keeping it unlisted in the new run."""
+    out = tmp_path / "toy"
+    toy = ["toy", "--depth", "3", "--width", "8", "--samples", "16", "--out", out]
+    assert invoke(*toy).exit_code == 0
+    ours = out / ".toy.csv.partial-ab12cd34"
+    ours.mkdir()
+    (ours / "toy.csv").write_text("half")
+    ours.with_name(ours.name + ".layerprobe").write_text("layerprobe\n")
+    (out / ".summary.json.x1y2.tmp").write_text("{")
+    result = invoke(*toy, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not ours.exists() and not ours.with_name(ours.name + ".layerprobe").exists()
+    assert not (out / ".summary.json.x1y2.tmp").exists()
+    assert files_of(out) <= listed(out)
+
+    planted = out / ".merged.partial-999"
+    planted.mkdir()
+    (planted / "model.safetensors").write_text("x")
+    before = everything(out)
+    assert_error(invoke(*toy, "--overwrite"), ".merged.partial-999")
+    assert everything(out) == before
+
+
+@pytest.mark.parametrize("first, second", [("prune", "curve"), ("curve", "prune")])
+@pytest.mark.slow  # a tiny prune run each
+def test_a_sweep_and_a_curve_never_overwrite_each_other(first, second, model_dirs, tmp_path):
+    """A plain sweep's folder given to a curve run with --overwrite, and the reverse (replay O_pr2cv, O_cv2pr): two
+    kinds of run, so it is refused naming both, and the folder keeps every file of the run in it."""
+    out = tmp_path / "run"
+    run(first, model_dirs, out)
+    before = everything(out)
+    args = [str(a).replace("{model}", str(model_dirs["llama"])) for a in RUNS[second]]
+    kinds = {"prune": "a prune run", "curve": "a curve run"}
+    assert_error(invoke(*args, "--out", out, "--overwrite"), f"holds {kinds[first]}, not {kinds[second]}")
+    assert everything(out) == before
+
+
 @pytest.fixture(scope="module")
 def shards(model_dirs, tmp_path_factory) -> list[Path]:
     root = tmp_path_factory.mktemp("shards")

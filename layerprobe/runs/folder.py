@@ -227,6 +227,8 @@ def check_owned(folder: Path, command: Any, flag: str) -> None:
         raise RunError(f"{flag}: '{folder}' holds {article(made)} {made} run, not {article(command)} {command} run: "
                        f"pass the --out of {article(command)} {command} run, or another --out.")
     foreign = [name for name in present if files is not None and name not in files]
+    if flag == "--overwrite":
+        foreign += unmarked_partials(folder)
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise RunError(f"{flag}: '{folder}' holds '{foreign[0]}'{more}, which layerprobe did not write: move it away "
@@ -304,6 +306,48 @@ def clear_replaced(folder: Path, files: set[str]) -> None:
         while parent.resolve() != root and parent.is_dir() and not any(parent.iterdir()):
             parent.rmdir()
             parent = parent.parent
+
+
+def clear_leftovers(folder: Path) -> None:
+    """The leftovers of layerprobe's own writes in a run folder this process holds, removed: one rule for --overwrite
+    (they go with the run they belong to) and --resume (a write cut short is never read). Ours: a '.x.partial-*'
+    folder with the mark files.publishing puts beside it (and the mark), a '.x.*.tmp' file; a contender's lock
+    ('.layerprobe.lock.*.tmp', being taken now) stays, and a '.partial-' folder without its mark is not ours
+    (--overwrite refuses it: unmarked_partials)."""
+    for leftover in sorted(folder.rglob(".*"), key=lambda p: len(p.parts)):
+        name = leftover.name
+        mark = leftover.with_name(name + PARTIAL_MARK)
+        if ".partial-" in name and leftover.is_dir() and not leftover.is_symlink() and mark.is_file():
+            shutil.rmtree(leftover, ignore_errors=True)
+            mark.unlink(missing_ok=True)
+        elif name.endswith(".tmp") and not name.startswith(LOCK + ".") and leftover.is_file():
+            leftover.unlink(missing_ok=True)
+
+
+def unmarked_partials(folder: Path) -> list[str]:
+    """'.x.partial-*' entries under `folder` without the mark files.publishing writes beside its own: not
+    layerprobe's, so --overwrite, which removes only what layerprobe wrote, refuses rather than leave them."""
+    found = []
+    for path in sorted(folder.rglob(".*.partial-*")):
+        if path.name.endswith(PARTIAL_MARK) and path.with_name(path.name[:-len(PARTIAL_MARK)]).is_dir():
+            continue  # the mark of a marked partial
+        if not path.with_name(path.name + PARTIAL_MARK).is_file():
+            found.append(path.relative_to(folder).as_posix())
+    return found
+
+
+def check_removable(folder: Path, files: set[str]) -> None:
+    """--overwrite, before anything is claimed or removed: every file the replaced run lists can be removed (its
+    folder writable), so a refusal leaves the old run whole, with no lock in it."""
+    root = folder.resolve()
+    for name in sorted(files):
+        target = folder / name
+        if name == LOCK or root not in target.resolve().parents or not (target.is_file() or target.is_symlink()):
+            continue
+        if not os.access(target.parent, os.W_OK | os.X_OK):
+            raise RunError(f"--overwrite: '{target}' of the run it replaces cannot be removed (its folder "
+                           f"'{target.parent}' is not writable): make it writable, or pass another --out; the run "
+                           "there is left as it was.")
 
 
 def _replaced(folder: Path, command: Any) -> set[str] | None:
@@ -560,6 +604,8 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
             if command is not None and (overwrite or resume):
                 check_owned(path, command, "--resume" if resume else "--overwrite")
             replaced = _replaced(path, command) if overwrite and not resume and path.is_dir() else None
+            if replaced:
+                check_removable(path, replaced)
             missing = [p for p in (path, *path.parents) if not p.exists()]  # what this mkdir makes
             path.mkdir(parents=True, exist_ok=True)
             if _claim(path, command, run_files(path, report=False)):
@@ -567,15 +613,8 @@ def prepare_run_dir(out: str | Path, overwrite: bool = False, resume: bool = Fal
                     clear_replaced(path, replaced)
                     _claim(path, command, run_files(path, report=False))  # the lock names what is left (nothing of the old run)
                 _made[path] = missing[1:]  # the parents it made (reports/<model>/): removed with it if left empty
-                if resume:  # claimed, so no live process writes here: a write a kill cut short is never read
-                    for leftover in path.glob(".*.partial-*"):  # a folder a kill left half-written: ours only
-                        mark = leftover.with_name(leftover.name + PARTIAL_MARK)
-                        if leftover.is_dir() and mark.is_file():
-                            shutil.rmtree(leftover, ignore_errors=True)
-                            mark.unlink(missing_ok=True)
-                    for leftover in path.glob(".*.tmp"):
-                        if not leftover.name.startswith(LOCK + "."):  # a contender's lock, being taken now
-                            leftover.unlink(missing_ok=True)
+                if resume or (overwrite and replaced is not None):  # claimed: no live process writes here
+                    clear_leftovers(path)
                 return path
             if overwrite or resume:
                 raise RunError(f"'{path}' is being written by another layerprobe process ({_owner(path / LOCK)}): "
