@@ -209,24 +209,27 @@ def test_every_declared_table_damaged_is_one_line_naming_it(holders, file, how, 
         assert column in message, message
 
 
-@pytest.mark.parametrize("key", sorted(__import__("layerprobe.removal", fromlist=["RECORD_TYPES"]).RECORD_TYPES))
+TEXT_KEYS = ("removed_label", "architecture", "layers_path", "sublayer", "from_curve", "strategy", "dtype", "device")
+LIST_KEYS = ("kept", "zeroed_parameters", "formats", "files")
+OTHER_KEYS = ("num_layers_original", "num_layers_exported", "verified_max_difference", "gain", "healing",
+              "source_removal", "original")  # numbers and objects
+
+
+@pytest.mark.parametrize("key", TEXT_KEYS + LIST_KEYS + OTHER_KEYS)
 def test_every_key_of_a_removal_record_is_checked_by_type(key, tmp_path):
-    """layerprobe-removal.json's keys each of their type (an export's kept = "all" was accepted by export and heal):
-    a value of the wrong type (a text where a list, a number or an object belongs; a list where text belongs) is one
-    line naming the file and the key."""
-    from layerprobe.removal import RECORD_TYPES, read_removal
+    """layerprobe-removal.json's keys (removal_record's, lineage's, heal's), each of its type (an export's
+    kept = "all" was accepted by export and heal): a value of the wrong type (a list where text belongs, text where
+    a list, a number or an object belongs, a list of the wrong items) is one line naming the file and the key."""
+    from layerprobe.removal import read_removal
 
     record = {"source_model": "m", "part": "block", "removed": [1]}
-    kinds = RECORD_TYPES[key][0]
-    wrong = ["a"] if kinds is str else "all"
     path = tmp_path / "layerprobe-removal.json"
-    path.write_text(json.dumps({**record, key: wrong}))
-    with pytest.raises(LayerprobeError, match=f"'{key}' is "):
-        read_removal(path)
-    if kinds is list:  # a list holding the wrong kind of item
-        path.write_text(json.dumps({**record, key: [None]}))
+    for wrong in (["a"],) if key in TEXT_KEYS else ("all", [None]) if key in LIST_KEYS else ("all", [1]):
+        path.write_text(json.dumps({**record, key: wrong}))
         with pytest.raises(LayerprobeError, match=f"'{key}' is "):
             read_removal(path)
+    path.write_text(json.dumps({**record, key: None}))  # null: the record has none (from_curve of a plain export)
+    assert read_removal(path)[key] is None
 
 
 def test_an_export_whose_record_has_a_mistyped_key_is_refused_by_export(exported, tmp_path):
