@@ -147,7 +147,28 @@ def read_removal(path: Path) -> dict:
             raise RunError(f"'{path}': '{key}' is {json.dumps(value)[:40]}, not {what}: export again.")
     if record.get("source_path") is not None and not isinstance(record["source_path"], str):
         raise RunError(f"'{path}': 'source_path' is not a path: export again.")
+    for key, (kinds, what) in RECORD_TYPES.items():
+        value = record.get(key)
+        if key in record and value is not None and (not isinstance(value, kinds) or isinstance(value, bool) or (
+                key in ("kept", "zeroed_parameters", "formats", "files") and not all(
+                    isinstance(i, ITEM[key]) and not isinstance(i, bool) for i in value))):
+            raise RunError(f"'{path}': '{key}' is {json.dumps(value)[:40]}, not {what}: export again.")
     return record
+
+
+RECORD_TYPES = {  # the other keys of layerprobe-removal.json (removal_record, lineage, heal's healing), by type;
+    # each may be null where the record has none (a later version's key is not checked)
+    "kept": (list, "a list of block ids"), "num_layers_original": (int, "a whole number of blocks"),
+    "num_layers_exported": (int, "a whole number of blocks"), "removed_label": (str, "the removed blocks' label"),
+    "architecture": (str, "a model class name"), "layers_path": (str, "the blocks' module path"),
+    "sublayer": (str, "attn or mlp"), "zeroed_parameters": (list, "a list of parameter names"),
+    "from_curve": (str, "a curve run folder"), "strategy": (str, "a strategy's name"), "dtype": (str, "a dtype"),
+    "device": (str, "a device"), "verified_max_difference": ((int, float), "a number"),
+    "gain": (dict, "an object of measured gains"), "formats": (list, "a list of formats"),
+    "files": (list, "a list of file names"), "healing": (dict, "heal's record (an object)"),
+    "source_removal": (dict, "the source's removal (an object)"), "original": (dict, "the original's removal (an object)"),
+}
+ITEM = {"kept": int, "zeroed_parameters": str, "formats": str, "files": str}
 
 
 def check_record_ids(record: dict, path: Path, num_layers: int) -> list[int]:

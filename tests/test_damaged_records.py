@@ -33,10 +33,11 @@ def _drop_column(path: Path, name: str) -> None:
     put(path, [",".join(r[:at] + r[at + 1:]) for r in rows])
 
 
-def _non_number(path: Path, name: str) -> None:
+def _cell(path: Path, name: str, value: str) -> None:
+    """The first data row's `name` written as `value` (text, as a hand edit or another tool leaves it)."""
     rows = [row.split(",") for row in lines(path)]
     at = rows[0].index(name)
-    rows[1][at] = "abc"
+    rows[1][at] = value
     put(path, [",".join(r) for r in rows])
 
 
@@ -45,7 +46,9 @@ DAMAGE = {  # how -> (damage the file, what the one line says)
     "half-cut gzip": (lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]), "not a whole gzip file"),
     "duplicated row": (lambda p: put(p, [*lines(p), lines(p)[1]]), "repeats the row"),
     "missing column": (lambda p: _drop_column(p, "doc_id"), "lacks the column 'doc_id'"),
-    "non-number": (lambda p: _non_number(p, "total"), "row 1, column total"),
+    "non-number": (lambda p: _cell(p, "total", "abc"), "row 1, column total"),
+    "infinite number": (lambda p: _cell(p, "total", "inf"), "row 1, column total: 'inf', where a finite number"),
+    "written-out NaN": (lambda p: _cell(p, "total", "nan"), "row 1, column total: 'nan' is a NaN"),
     "task's column gone": (lambda p: _drop_column(p, "total"), "lacks the column 'total'"),  # declared optional
 }
 
@@ -89,6 +92,18 @@ def test_every_damage_to_the_records_is_one_line_in_every_reader(made, tmp_path,
     assert "samples.csv.gz" in result.output
     assert not (damaged / ".layerprobe.lock").exists()  # a finished run refused stays finished, never locked
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_shard_holding_another_shards_records_is_named_before_merging(made, tmp_path):
+    """Shard 2's samples.csv.gz replaced by shard 1's (the variants overlap): one line naming the file, the variant
+    and the shard it belongs to, and no merged folder (the records were pivoted first: a pandas traceback)."""
+    shard = tmp_path / "shard-2"
+    shutil.copytree(made["shard-2"], shard)
+    shutil.copy(made["shard-1"] / "samples.csv.gz", shard / "samples.csv.gz")
+    first = json.loads((made["shard-1"] / "summary.json").read_text())["shard"]["variants"][0]
+    result = invoke("merge", made["shard-1"], shard, "--out", tmp_path / "merged")
+    assert_error(result, f"'{shard / 'samples.csv.gz'}' holds records of the variant '{first}', which is shard 1/2's")
+    assert "Traceback" not in result.output and not (tmp_path / "merged").exists()
 
 
 def test_a_shard_from_a_newer_version_names_its_unknown_setting(made, tmp_path):

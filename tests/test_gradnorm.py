@@ -115,6 +115,38 @@ def test_gradnorm_cli_end_to_end(tmp_path):
     assert (tmp_path / "g" / "gradnorm.png").is_file()
 
 
+def test_a_spread_of_one_sample_is_empty_never_zero(tmp_path):
+    """gradnorm.csv's and variance.csv's std is the sample standard deviation (n - 1) of gradnorm_samples.csv's
+    values, computed here with numpy; one seed x one batch measures no spread: std is empty, where it was 0.0 (a
+    spread of zero claimed), and the run still reads back (report) with it empty."""
+    import numpy as np
+
+    for seeds, out in (("2", tmp_path / "two"), ("1", tmp_path / "one")):
+        result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", seeds, "--batches", "1",
+                        "--dataset", "builtin", "--seq-len", "32", "--batch-size", "2", "--device", "cpu",
+                        "--out", str(out))
+        assert result.exit_code == 0, result.output
+    for out, n in ((tmp_path / "two", 2), (tmp_path / "one", 1)):
+        samples = pd.read_csv(out / "gradnorm_samples.csv")
+        for name, keys, value in (("gradnorm.csv", ["norm", "step", "layer", "kind", "module"], "grad_norm"),
+                                  ("variance.csv", ["norm", "step", "layer"], "variance")):
+            table = pd.read_csv(out / name)
+            assert (table["samples"] == n).all()
+            rows = samples[samples["kind"] != "variance"] if value == "grad_norm" else samples[samples["kind"] == "variance"]
+            for row in table.itertuples(index=False):
+                picked = rows
+                for key in keys:
+                    picked = picked[picked[key] == getattr(row, key)]
+                values = picked[value].to_numpy(dtype=float)
+                assert len(values) == n
+                if n == 1:
+                    assert math.isnan(row.std), (name, row)
+                else:
+                    assert row.std == pytest.approx(np.std(values, ddof=1), rel=1e-9, abs=1e-12), (name, row)
+    assert ",," in (tmp_path / "one" / "gradnorm.csv").read_text()  # written empty, not nan
+    assert invoke("report", tmp_path / "one", "--out", tmp_path / "page").exit_code == 0
+
+
 def test_lr_schedule_by_hand():
     from layerprobe.config import TrainSettings
     from layerprobe.models.training import lr_factor

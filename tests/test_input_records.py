@@ -108,6 +108,138 @@ def test_a_run_read_as_input_missing_a_column_is_one_line(table, column, tmp_pat
     with pytest.raises(LayerprobeError, match=f"{table}' lacks the column '{column}'"):
         layerprobe.load_run(run)
 
+# ---- issue 47 rule 3: every declared table of every command, damaged, is refused by the one reader ----------------
+
+REPO = Path(__file__).resolve().parent.parent
+BULKY = ("*.safetensors", "*.png", "*.gguf", "*.bin", "*.html", "merged")
+
+
+@pytest.fixture(scope="module")
+def holders(tmp_path_factory) -> dict[str, Path]:
+    """table file -> a finished run folder holding it: the committed runs (reports/), and a toy run and a gradnorm
+    --steps run (toy.csv, training.csv, loss.csv: no committed run holds them), made here."""
+    from layerprobe.runs.columns import TABLES
+    from layerprobe.runs.read import find_runs
+
+    root = tmp_path_factory.mktemp("holders")
+    assert invoke("toy", "--depth", "4", "--width", "8", "--samples", "16", "--out", root / "toy").exit_code == 0
+    result = invoke("gradnorm", "--arch", "tiny", "--norm", "pre", "--seeds", "1", "--batches", "1", "--steps", "2",
+                    "--dataset", "builtin", "--seq-len", "16", "--batch-size", "2", "--device", "cpu",
+                    "--out", root / "gradnorm")
+    assert result.exit_code == 0, result.output
+    found: dict[str, Path] = {}
+    for base in (REPO / "reports" / "demo", REPO / "reports" / "examples", root):
+        for run in find_runs(base).values():
+            for name in TABLES:
+                if (run.folder / name).is_file():
+                    found.setdefault(name, run.folder)
+    return found
+
+
+def _damaged_cell(header: list[str], rows: list[list[str]], file: str) -> tuple[str, int]:
+    """The first number column (not a count, not a yes/no) with a value in the first data row."""
+    from layerprobe.runs.columns import TABLES
+
+    declared = {c.name: c for c in TABLES[file].columns}
+    for at, name in enumerate(header):
+        column = declared.get(name)
+        if column is not None and column.number and not column.whole and not column.words and rows[1][at] != "":
+            return name, at
+    raise AssertionError(f"{file}: no number cell in its first row")
+
+
+def _damage(path: Path, how: str) -> str:
+    """The file with its first data row given twice, or one number of it infinite or a written-out NaN; returns the
+    column damaged (or '' for the repeated row)."""
+    import csv
+    import gzip
+    import io
+
+    packed = path.name.endswith(".gz")
+    text = gzip.decompress(path.read_bytes()).decode() if packed else path.read_text()
+    rows = list(csv.reader(io.StringIO(text)))
+    column = ""
+    if how == "repeated row":
+        rows.append(list(rows[1]))
+    else:
+        column, at = _damaged_cell(rows[0], rows, path.name)
+        rows[1][at] = {"infinity": "inf", "negative infinity": "-inf", "written-out NaN": "nan"}[how]
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    path.write_bytes(gzip.compress(out.getvalue().encode()) if packed else out.getvalue().encode())
+    return column
+
+
+def _read(folder: Path, file: str) -> None:
+    """What report and compare read of a run: the run (load_run), and its records where it holds them."""
+    from layerprobe.evaluation import records
+
+    layerprobe.load_run(folder)
+    if file.endswith(".gz"):
+        records.read_frame(folder)
+
+
+def _every_table() -> list[str]:
+    from layerprobe.commands import COMMANDS  # noqa: F401  (registers the records: TABLES filled)
+    from layerprobe.runs.columns import TABLES
+
+    return sorted(TABLES)
+
+
+@pytest.mark.parametrize("how", ["repeated row", "infinity", "negative infinity", "written-out NaN"])
+@pytest.mark.parametrize("file", _every_table())
+def test_every_declared_table_damaged_is_one_line_naming_it(holders, file, how, tmp_path):
+    """Issue 47 rule 3, as a rule over every command's declared tables (TABLES): a real run holding the table reads,
+    and the same run with that table's first row given twice, or one of its numbers infinite or NaN written out, is
+    refused in one line naming the file (and, for a number, the row and column); never read as data (a healed_score
+    'nan', a toy hidden_norm 'inf', a training.csv given twice each passed report, a samples total 'inf' passed
+    compare as 'tolerance only')."""
+    assert file in holders, f"no run here holds {file}: make one in the holders fixture"
+    run = tmp_path / "run"
+    shutil.copytree(holders[file], run, ignore=shutil.ignore_patterns(*BULKY))
+    _read(run, file)  # as written: read
+    column = _damage(run / file, how)
+    with pytest.raises(LayerprobeError) as caught:
+        _read(run, file)
+    message = str(caught.value)
+    assert "\n" not in message and f"'{run / file}'" in message, message
+    if how == "repeated row":
+        assert "repeats the row" in message, message
+    else:
+        assert column in message, message
+
+
+TEXT_KEYS = ("removed_label", "architecture", "layers_path", "sublayer", "from_curve", "strategy", "dtype", "device")
+LIST_KEYS = ("kept", "zeroed_parameters", "formats", "files")
+OTHER_KEYS = ("num_layers_original", "num_layers_exported", "verified_max_difference", "gain", "healing",
+              "source_removal", "original")  # numbers and objects
+
+
+@pytest.mark.parametrize("key", TEXT_KEYS + LIST_KEYS + OTHER_KEYS)
+def test_every_key_of_a_removal_record_is_checked_by_type(key, tmp_path):
+    """layerprobe-removal.json's keys (removal_record's, lineage's, heal's), each of its type (an export's
+    kept = "all" was accepted by export and heal): a value of the wrong type (a list where text belongs, text where
+    a list, a number or an object belongs, a list of the wrong items) is one line naming the file and the key."""
+    from layerprobe.removal import read_removal
+
+    record = {"source_model": "m", "part": "block", "removed": [1]}
+    path = tmp_path / "layerprobe-removal.json"
+    for wrong in (["a"],) if key in TEXT_KEYS else ("all", [None]) if key in LIST_KEYS else ("all", [1]):
+        path.write_text(json.dumps({**record, key: wrong}))
+        with pytest.raises(LayerprobeError, match=f"'{key}' is "):
+            read_removal(path)
+    path.write_text(json.dumps({**record, key: None}))  # null: the record has none (from_curve of a plain export)
+    assert read_removal(path)[key] is None
+
+
+def test_an_export_whose_record_has_a_mistyped_key_is_refused_by_export(exported, tmp_path):
+    record = exported / "layerprobe-removal.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "kept": "all"}))
+    result = invoke("export", exported, "--remove", "0", "--device", "cpu", "--no-verify", "--out", tmp_path / "again")
+    assert_error(result, "layerprobe-removal.json': 'kept' is \"all\", not a list of block ids")
+    assert not (tmp_path / "again").exists()
+
+
 # ---- rule 6: the GGUF cache folder as a whole ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("planted", ["adapter_model.safetensors", "adapter_config.json",

@@ -142,13 +142,15 @@ def write(folder: Path, rows: list[dict]) -> Path:
 def read_frame(folder: Path) -> Any:
     """The records of a run folder as a DataFrame (None without a records file), checked as every table read back is
     (runs/read.py read_table: one line naming the file, row and column)."""
-    from layerprobe.runs.read import check_numbers, read_table
+    from layerprobe.runs.read import check_finite, check_numbers, read_table
 
     path = Path(folder) / FILE
     if not path.is_file():
         return None
     table = read_table(path, dtype={"removed": str, "task": str})
-    check_numbers(path, table, [c for c in table.columns if c not in ("removed", "task")])  # each metric's too
+    metrics = [c for c in table.columns if c not in ("removed", "task")]
+    check_numbers(path, table, metrics)  # each metric's too
+    check_finite(path, table, [c for c in metrics if c not in FIXED])  # no infinity (empty: not that task's)
     check_needed(path, table)
     return table
 

@@ -45,7 +45,8 @@ def gradnorm_figure(table: Any, variance: Any, facts: dict) -> Any:
         for step, style in _step_styles(steps):
             for norm, part in whole[(whole["kind"] == kind) & (whole["step"] == step)].groupby("norm", sort=False):
                 part = part.sort_values("layer")
-                line = ax.errorbar(part["layer"], part["grad_norm"], yerr=part["std"],
+                spread = part["std"] if part["std"].notna().any() else None  # one sample: no bar, never a 0 one
+                line = ax.errorbar(part["layer"], part["grad_norm"], yerr=spread,
                                    marker=MARKERS[order.index(norm) % len(MARKERS)], markersize=3.5, markerfacecolor="none",
                                    capsize=2, linewidth=1.2, linestyle=style, color=colors.get(norm),
                                    label=norm if step == first else f"{norm}, step {step}")

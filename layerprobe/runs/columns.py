@@ -27,6 +27,9 @@ class Column:
     key: bool = False  # part of what identifies a row: never twice in one file (runs/read.py checks)
     number: bool = True  # holds numbers (NaN allowed unless `always`); read-back refuses text there
     always: bool = False  # a number always measured: NaN there makes a run unreadable for report and --angular
+    gaps: bool = False  # a number left empty in the rows where it is not measured (the last row's d(l, l+1), an
+    # interval from too few documents, a spread of one sample); a number column neither `optional` nor `gaps` is a
+    # finite number in every row, and none holds infinity or a written-out NaN (runs/read.py check_finite)
     whole: bool = False  # a count or an index (layer, k, tokens, step): a finite whole number >= 0 in every row (or,
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
     words: tuple[str, ...] = ()  # a text column that holds one of these words in every row (or, where `optional`,
@@ -43,7 +46,8 @@ LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the i
     Column("layer", "l, 0-based; the last row is the last block's output", key=True, whole=True),
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2", label=""),
-    Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi, mean over positions", "[0, 1]", label="d(l, 1)"),
+    Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi, mean over positions", "[0, 1]", label="d(l, 1)",
+           gaps=True),
     Column("cos_input", "mean cosine of x_l with x_0", "[-1, 1]"),
     Column("tokens", "positions measured", "positions", label="", whole=True),
     Column("effective_rank", "exp(entropy of the normalized singular values) of x_l on up to 2,048 positions",
@@ -64,8 +68,9 @@ MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step
            whole=True),
     Column("layer", "l, 0-based; the last row is the last block's output", key=True, whole=True),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi on the probe batches, mean over positions", "[0, 1]",
-           label="d(l, 1)"),
-    Column("block_influence", "Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]", label="BI"),
+           label="d(l, 1)", gaps=True),
+    Column("block_influence", "Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]", label="BI",
+           gaps=True),
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2"),
     Column("grad_norm", "L2 norm of block l's parameter gradients from that step's own backward, as the optimizer "

@@ -65,7 +65,9 @@ def read_table(csv: Path, finite: bool = True, dtype: dict | None = None) -> Any
     import pandas as pd
 
     try:
-        table = pd.read_csv(csv, dtype=dtype)  # compression from the name (.gz)
+        # only an empty field is missing (pandas writes NaN so): a written-out nan, NA or null stays text, which
+        # check_numbers refuses in a number column, where the default would read it as a gap
+        table = pd.read_csv(csv, dtype=dtype, keep_default_na=False, na_values=[""])  # compression from the name
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise RunError(f"'{csv}' is not a whole gzip file ({first_line(exc)}): cut off by a copy or a full disk, or "
                        "not written by layerprobe; re-run the command, or restore the file.") from None
@@ -84,8 +86,13 @@ def _first_row(mask: Any) -> int:
     return int(mask.to_numpy().nonzero()[0][0]) + 1
 
 
+NAN_WORDS = ("nan", "-nan", "+nan", "na", "n/a", "null", "none", "<na>", "#n/a")  # a NaN written out: never by
+# layerprobe, whose tables leave a number that was not measured empty
+
+
 def check_numbers(csv: Path, table: Any, columns: Any) -> None:
-    """Each of `columns` the table has holds numbers (or nothing): else one line naming the row and column."""
+    """Each of `columns` the table has holds numbers (or nothing): else one line naming the row and column (a
+    written-out NaN said so)."""
     import pandas as pd
 
     for column in columns:
@@ -93,8 +100,38 @@ def check_numbers(csv: Path, table: Any, columns: Any) -> None:
             values = table[column]
             bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
             row = _first_row(bad) if bad.any() else 1
-            raise RunError(f"'{csv}' row {row}, column {column}: {str(values.iloc[row - 1])[:30]!r} is not a number: "
-                           "re-run the command, or restore the file.")
+            shown = str(values.iloc[row - 1])
+            what = ("a NaN, where a finite number belongs (layerprobe leaves a number it did not measure empty)"
+                    if shown.strip().lower() in NAN_WORDS else "not a number")
+            raise RunError(f"'{csv}' row {row}, column {column}: {shown[:30]!r} is {what}: re-run the command, or "
+                           "restore the file.")
+
+
+def check_finite(csv: Path, table: Any, columns: Any) -> None:
+    """No number column the table has holds an infinity, and one neither `optional` nor `gaps` (a number measured in
+    every row) is never empty: else one line naming the row and column. `columns`: Column records, or names (a
+    records file's per-task metric columns: finite where present). An `always` column keeps its own message
+    (check_table); a count or index is check_whole's."""
+    import numpy as np
+    import pandas as pd
+
+    for column in columns:
+        name = column if isinstance(column, str) else column.name
+        if name not in table.columns or (not isinstance(column, str) and (
+                not column.number or column.whole or column.always)):
+            continue
+        raw = table[name]
+        values = (raw if pd.api.types.is_numeric_dtype(raw) else pd.to_numeric(raw, errors="coerce")).to_numpy(
+            dtype=float, na_value=np.nan)  # check_numbers refused text
+        empty = np.isnan(values)
+        gaps = isinstance(column, str) or column.optional or column.gaps
+        bad = np.isinf(values) | (empty & (not gaps))
+        if bad.any():
+            row = int(bad.nonzero()[0][0]) + 1
+            shown = (f"empty (or NaN), where a number measured in every row ({column.meaning[:60]})"
+                     if empty[row - 1] else f"'{raw.iloc[row - 1]}', where a finite number")
+            raise RunError(f"'{csv}' row {row}, column {name}: {shown} belongs: re-run the command, or restore "
+                           "the file.")
 
 
 def check_whole(csv: Path, table: Any, columns: Any) -> None:
@@ -165,6 +202,8 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     check_numbers(csv, table, _columns(csv.name, "number"))
     declared = TABLES[csv.name].columns if csv.name in TABLES else ()
     check_whole(csv, table, [c for c in declared if c.whole])
+    if finite:
+        check_finite(csv, table, declared)
     check_words(csv, table, [c for c in declared if c.words])
     keys = [k for k in _columns(csv.name, "key") if k in table.columns]
     if keys and table.duplicated(subset=keys).any():
@@ -214,10 +253,22 @@ def load_run(folder: str | Path, finite: bool = True) -> Run:
                 raise RunError(f"Run '{folder}' is incomplete: {name} is missing. Re-run the command (or --resume).")
             continue
         tables[csv.stem] = read_table(csv, finite)
+    check_other_tables(path, command, finite)
     run = Run(path, command, summary, manifest, tables)
     if KINDS[command].check is not None:
         KINDS[command].function("check")(run)
     return run
+
+
+def check_other_tables(path: Path, command: str, finite: bool = True) -> None:
+    """Every other table a record declares (TABLES) that the folder holds, checked as the command's own (read_table),
+    though no reader of the run uses it (gradnorm's training.csv, loss.csv): a damaged file is never passed as part
+    of a readable run. The records file (*.gz) is left to its own reader (evaluation/records.py read_frame), run
+    wherever the records are used: reading it here would read every document of every run a report lists."""
+    own = {name for name, _ in KINDS[command].tables}
+    for name in TABLES:
+        if name not in own and not name.endswith(".gz") and (path / name).is_file():
+            read_table(path / name, finite)
 
 
 def unfinished_run(path: Path, shown: Any = None) -> str:

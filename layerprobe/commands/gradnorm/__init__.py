@@ -15,7 +15,8 @@ GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("kind", "params (the block's parameters) or input (its input's gradient)", key=True, number=False),
     Column("module", "block, or a sub-module of it", key=True, number=False),
     Column("grad_norm", "L2 norm of the gradient, mean over seeds and batches", always=True),
-    Column("std", "its standard deviation over seeds and batches"),
+    Column("std", "its standard deviation over seeds and batches (empty where samples = 1: no spread is measured)",
+           gaps=True),
     Column("samples", "seeds x batches averaged", whole=True),
     Column("step", "the training step measured (0: at initialization)", key=True, whole=True),
 )
@@ -24,7 +25,7 @@ VARIANCE = (  # variance.csv: the output variance of each block
     Column("step", "the training step measured", key=True, whole=True),
     Column("layer", "block l", key=True, whole=True),
     Column("variance", "variance of block l's output over hidden units, mean over seeds and batches"),
-    Column("std", "its standard deviation"),
+    Column("std", "its standard deviation (empty where samples = 1)", gaps=True),
     Column("samples", "seeds x batches averaged", whole=True),
 )
 SAMPLES = (  # gradnorm_samples.csv: what gradnorm.csv and variance.csv average, one row per measurement

@@ -42,10 +42,9 @@ def aggregate(row_pairs: list, loss_pairs: list, training_pairs: list = ()) -> G
     keys = ["norm", "step", "layer", "kind", "module"]
     grads = raw[raw["kind"] != "variance"].groupby(keys, sort=False)["grad_norm"]
     table = grads.agg(grad_norm="mean", std="std", samples="count").reset_index()
-    table["std"] = table["std"].fillna(0.0)
+    # std of one sample is NaN (pandas' ddof=1), written empty: no spread is measured, never a spread of 0
     variance = raw[raw["kind"] == "variance"].groupby(["norm", "step", "layer"], sort=False)["variance"]
     variance = variance.agg(variance="mean", std="std", samples="count").reset_index()
-    variance["std"] = variance["std"].fillna(0.0)
     return GradnormTables(raw, table, variance, losses, training)
 
 

@@ -13,11 +13,11 @@ HEAL = (  # heal.csv: one row per training step, and step 0 (before healing)
     Column("step", "AdamW updates done (0: before healing; --method lstsq|cosine: 1, the maps folded)", key=True,
            whole=True),
     Column("loss", "the step's training loss (lm: next-token cross-entropy; distill: KL(unpruned || shortened)) "
-           "on its batch, before its update; empty at step 0", "nats"),
-    Column("lr", "the learning rate of the step's update"),
-    Column("heldout_ppl", "perplexity of the healed model on the held-out text, every --eval-every steps (else empty)"),
+           "on its batch, before its update; empty at step 0", "nats", gaps=True),
+    Column("lr", "the learning rate of the step's update", gaps=True),
+    Column("heldout_ppl", "perplexity of the healed model on the held-out text, every --eval-every steps (else empty)", gaps=True),
     Column("heldout_kl", "mean KL(unpruned || healed) of next-token distributions on the held-out text, every "
-           "--eval-every steps (else empty)", "nats"),
+           "--eval-every steps (else empty)", "nats", gaps=True),
     Column("ppl_change_lo", "lower end of the paired 95% interval of heldout_ppl - step 0's over the held-out "
            "sequences (the paired bootstrap's expanded percentile interval, seed 0, 2,000 resamples); empty at "
            "step 0 and unscored steps",
@@ -38,7 +38,7 @@ REPLACE = (  # replace.csv (heal --method lstsq|cosine): one row per removed run
     Column("mse_fitted", "mean over positions of ||x_in - m + m T - x_out||^2 with the fitted T"),
     Column("cosine_removed", "mean of 1 - cos(x_in, x_out): plain removal"),
     Column("cosine_fitted", "mean of 1 - cos(x_in - m + m T, x_out) with the fitted T"),
-    Column("cosine_lstsq", "--method cosine: the cosine objective of the lstsq start (empty for lstsq)"),
+    Column("cosine_lstsq", "--method cosine: the cosine objective of the lstsq start (empty for lstsq)", gaps=True),
     Column("cosine_kept_lstsq", "--method cosine: True where no Adam step improved on the lstsq start, so the "
            "lstsq map was kept (empty for lstsq)", number=False, optional=True, words=YES_NO),
     Column("seconds", "wall time of the capture, the fit and the fold", "s"),

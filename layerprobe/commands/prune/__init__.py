@@ -22,22 +22,22 @@ PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
     Column("pruned", "the score without the removed layers", always=True,
            compare="derived:baseline+delta"),
     Column("delta", "dP = pruned - baseline", always=True),
-    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one"),
-    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one"),
+    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one", gaps=True),
+    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one", gaps=True),
 )
 PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the per-document records (samples.csv.gz)
     Column("delta_stderr", "paired standard error of dP over the same documents (mean scores: sd of the per-document "
            "differences / sqrt(n), strata-weighted for a group; kl, drift: the ratio's linearized error; ppl: the sd "
-           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records"),
+           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records", gaps=True),
     Column("delta_lo", "lower end of dP's 95% interval, inside the range the score can take (Student's t with n - 1 "
            "degrees of freedom; ppl: the paired bootstrap's expanded percentile interval, each end the change on one "
            "resample of the sequences; a 0/1 score over fewer than 30 documents, with none changed or where t "
            "would leave [-baseline, 1 - baseline]: Newcombe's paired score interval; kl, drift from the unpruned 0: "
-           "the pruned score's interval on the log (drift: logit) scale, never below 0)"),
-    Column("delta_hi", "upper end of dP's 95% interval"),
+           "the pruned score's interval on the log (drift: logit) scale, never below 0)", gaps=True),
+    Column("delta_hi", "upper end of dP's 95% interval", gaps=True),
     Column("p_value", "two-sided p-value of dP = 0 before correction: McNemar's exact test for 0/1 scores (accuracy, "
            "exact match) over every document alike; ppl: the paired t test of the mean NLL (equal exactly when "
-           "the ppls are); else from the interval's statistic", compare="probability"),
+           "the ppls are); else from the interval's statistic", compare="probability", gaps=True),
     Column("significant", "dP differs from 0 after Holm's correction over its family (family-wise error 0.05; "
            "--family main, the default: the variants of the summary's metric, every other row exploratory and "
            "never flagged; --family all: every row with an interval): the interval excludes 0 and survives the "

@@ -152,6 +152,27 @@ def summed_prefix_cache(shards: list[dict]) -> dict:
     return shards[0] | {k: sum(s.get(k) or 0 for s in shards) for k in SUMMED if k in shards[0]}
 
 
+def _check_own_records(runs: list, found: list[list[dict]]) -> None:
+    """Each shard's records hold its own variants' rows (and the unpruned model's), never another shard's: a records
+    file copied from another shard (or left from another sweep) is one line naming both, before the records are
+    joined, where pivoting them failed on the repeated (variant, document) rows."""
+    from layerprobe.evaluation import records
+
+    owner = {str(label): run for run in runs for label in run.summary["shard"]["variants"]}
+    for run, rows in zip(runs, found):
+        own = {str(label) for label in run.summary["shard"]["variants"]}
+        stray = next((str(r["removed"]) for r in rows if r["removed"] != records.UNPRUNED
+                      and str(r["removed"]) not in own), None)
+        if stray is None:
+            continue
+        other = owner.get(stray)
+        whose = (f"shard {other.summary['shard']['index']}/{other.summary['shard']['count']}'s ('{other.folder}')"
+                 if other is not None else "no shard's of this sweep")
+        raise RunError(f"'{run.folder / records.FILE}' holds records of the variant {stray!r}, which is {whose}, "
+                       f"not shard {run.summary['shard']['index']}'s (its variants: {', '.join(sorted(own))}): the "
+                       "shards' records overlap; restore that shard's own file, or re-run the shard, and merge again.")
+
+
 def _records(runs: list) -> tuple[list[dict] | None, list[str]]:
     """(the shards' records as one sweep's: the unpruned model's rows once (the first shard's), every shard's
     variants; None when a shard has none (written before records existed, or lost), the warning saying so where
@@ -165,5 +186,6 @@ def _records(runs: list) -> tuple[list[dict] | None, list[str]]:
                  "the merged run has none and no paired intervals (delta_lo, delta_hi, significant): restore that "
                  "file, or re-run the shard, and merge again."] if len(lacking) < len(runs) else [])
         return None, said
+    _check_own_records(runs, found)
     unpruned = [r for r in found[0] if r["removed"] == records.UNPRUNED]
     return unpruned + [r for rows in found for r in rows if r["removed"] != records.UNPRUNED], []

@@ -9,11 +9,11 @@ from layerprobe.runs.keys import INTEGER, LIST, MAPPING, RUN, TEXT, Key
 from layerprobe.runs.kinds import Kind
 
 TOY = (  # toy.csv: the residual-MLP model by depth
-    Column("norm", "the normalization placement", number=False),
-    Column("alpha", "the branch scale"),
-    Column("layer", "block l", whole=True),
+    Column("norm", "the normalization placement", key=True, number=False),
+    Column("alpha", "the branch scale", key=True),
+    Column("layer", "block l", key=True, whole=True),
     Column("hidden_norm", "mean ||h_l||"),
-    Column("cos_next", "mean cos(h_l, h_l+1)"),
+    Column("cos_next", "mean cos(h_l, h_l+1); empty for the last block", gaps=True),
     Column("cos_input", "mean cos(h_l, h_0)"),
     Column("effective_rank", "effective rank of h_l"),
     Column("grad_norm", "gradient norm of block l's parameters"),
