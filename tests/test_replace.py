@@ -292,8 +292,10 @@ def test_curve_healed_by_lstsq_equals_heal_and_refuses_block_zero_per_set(model_
             assert curve.loc[curve["removed"].astype(str) == removed, "healed_score"].isna().all()
             assert any(w.startswith(f"--heal left {removed} unrepaired: Block 0") for w in summary["warnings"])
     # the healed sets' records (per held-out sequence) reproduce healed_score, and the paired intervals are the
-    # hand ones: every sequence has the same positions, so kl's ratio interval is a paired t interval of
-    # per-sequence means (n - 1 degrees of freedom)
+    # hand ones (every sequence has the same positions, so kl is a mean of per-sequence means): from the unpruned
+    # model healed alike (kl 0 on every sequence) the t interval of the healed kl on the log scale, kl >= 0; from
+    # the unhealed set (inside the range) the expanded percentile bootstrap (seed 0, 2,000 paired resamples, the
+    # k-th draw from either side, k from the t quantile with n - 1 degrees of freedom)
     records = pd.read_csv(out / "samples.csv.gz", dtype={"removed": str})
     by = {label: rows.sort_values("doc_id") for label, rows in records.groupby("removed")}
     assert (by["unpruned healed"]["total"] == 0).all()  # a replacement leaves the unpruned model as it is
@@ -301,12 +303,19 @@ def test_curve_healed_by_lstsq_equals_heal_and_refuses_block_zero_per_set(model_
         mine, unhealed = by[f"{row.removed} healed"], by[str(row.removed)]
         assert mine["tokens"].nunique() == 1 and mine["doc_id"].tolist() == unhealed["doc_id"].tolist()
         assert mine["total"].sum() / mine["tokens"].sum() == pytest.approx(row.healed_score, rel=1e-9)
-        for before, columns in ((by["unpruned healed"], ("healed_delta", "healed_delta_lo", "healed_delta_hi")),
-                                (unhealed, ("heal_change", "heal_change_lo", "heal_change_hi"))):
-            d = (mine["total"].to_numpy() - before["total"].to_numpy()) / mine["tokens"].to_numpy()
-            half = stats.t.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-            assert [getattr(row, c) for c in columns] == pytest.approx([d.mean(), d.mean() - half, d.mean() + half],
-                                                                       rel=1e-9, abs=1e-12)
+        healed, was = mine["total"].to_numpy() / mine["tokens"].to_numpy(), unhealed["total"].to_numpy()
+        n, q = len(healed), stats.t.ppf(0.975, len(healed) - 1)
+        spread = q * healed.std(ddof=1) / np.sqrt(n) / healed.mean()  # on log(kl): the delta method's slope 1/kl
+        assert [row.healed_delta, row.healed_delta_lo, row.healed_delta_hi] == pytest.approx(
+            [healed.mean(), healed.mean() * np.exp(-spread), healed.mean() * np.exp(spread)], rel=1e-9, abs=1e-12)
+        draw, tokens, draws = np.random.default_rng(0), mine["tokens"].to_numpy(), []
+        for _ in range(2000):
+            pick = draw.integers(0, n, size=n)
+            draws.append((mine["total"].to_numpy()[pick].sum() - was[pick].sum()) / tokens[pick].sum())
+        k = int(np.floor(2000 * stats.norm.sf(np.sqrt(n / (n - 1)) * q) + 1e-9))
+        ends = sorted(draws)[k - 1], sorted(draws)[-k]
+        assert [row.heal_change, row.heal_change_lo, row.heal_change_hi] == pytest.approx(
+            [healed.mean() - (was / tokens).mean(), *ends], rel=1e-9, abs=1e-12)
     assert curve.loc[curve["healed_score"].isna(), ["healed_delta", "heal_change_lo"]].isna().all().all()
     # report states them; compare reads a healed curve (its records hold the healed sets too) against itself
     report = invoke("report", str(out), "--out", str(tmp_path / "report"))
