@@ -31,8 +31,8 @@ class Column:
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
     words: tuple[str, ...] = ()  # a text column that holds one of these words in every row (or, where `optional`,
     # nothing): runs/read.py refuses any other text, NaN included, naming file, row and column
-    compare: str = "scale"  # how `compare` judges it (runs/compare.py, COMPARE_RULES): scale, exact, derived,
-    # probability; a `whole` column is always exact
+    compare: str = "scale"  # how `compare` judges it (runs/compare_columns.py, COMPARE_RULES): scale, relative,
+    # exact, derived, probability; a `whole` column is always exact
 
 
 YES_NO = ("True", "False")  # the words of a yes/no column (pandas writes a bool so)
@@ -86,6 +86,10 @@ class Table:
 
 TABLES: dict[str, Table] = Registry("CSV table")  # CSV file -> its Table, filled by layerprobe.commands.register from the commands'
 # records (a record may give a file's columns alone), in registration order (docs/outputs.md's)
+
+
+FILES: dict[str, tuple[str, ...]] = {}  # run kind -> the files its command's record declares (register): compare
+# walks each CSV of them (runs/compare_columns.py)
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:

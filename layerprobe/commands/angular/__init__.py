@@ -34,7 +34,9 @@ KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.p
             overlay=READ + "angular_by_depth", config_class=AngularConfig, shared_plots=READ + "shared_heatmaps",
             overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"), check=READ + "whole_grid",
             tolerances=(Tolerance("angular", 0.02, "absolute change of any d(l, n); monitor runs: of each d(l, 1) at "
-                                  "each measured step"),))
+                                  "each measured step; every other number angular.csv, layers.csv and monitor.csv "
+                                  "declare (norms, Block Influence, logit-lens KL, ...) as a fraction of its own "
+                                  "value, counts exactly"),))
 COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",
                   settings=AngularConfig, kind=KIND, summary=SUMMARY,
                   tables={"layers.csv": LAYERS, "angular.csv": ANGULAR}, folder=named("angular"))
