@@ -131,6 +131,11 @@ def test_a_standard_error_is_judged_on_its_own_scale(tmp_path):
     table.to_csv(new / "prune.csv", index=False)
     result = invoke("compare", old, new)
     assert result.exit_code == 1 and "delta_stderr" in result.output, result.output
+    manifest = json.loads((new / "manifest.json").read_text())
+    manifest["config"]["limit"] = 7  # fewer documents: a larger standard error is what that setting makes
+    (new / "manifest.json").write_text(json.dumps(manifest))
+    result = invoke("compare", old, new)
+    assert result.exit_code == 0 and "prune.csv delta_stderr (a spread" in result.output, result.output
 
 
 def healed(folder: Path, heal: str | None) -> None:

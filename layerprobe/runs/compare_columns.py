@@ -7,7 +7,8 @@ One rule for a column with values in one run only, in every table: in the baseli
 or its file), each row fails as 'value -> nan', unless the runs' settings differ (then it is named as not comparable,
 as compare notes every other setting change); in the new run only, it is named (a later layerprobe's column), and
 fails where the settings are the same and the column exists only by a setting (alone_fails: a healed curve's numbers).
-A count (a `whole` or `exact` column) that differs where the settings differ is named, not failed: it follows them.
+A count (a `whole` or `exact` column) or a spread (`relative`: a standard error or deviation) that differs where
+the settings differ is named, not failed: it follows them (fewer tokens, a larger standard error).
 """
 
 from __future__ import annotations
@@ -57,8 +58,9 @@ def column_checks(into: Comparison, name: str, file: str, pair: tuple, label: st
         limit = tol(column.name) if callable(tol) else tol
         checks = [Check(name, f"{label} {column.name}", where(key), *found) for key, row in a.iterrows()
                   if (found := _column_check(row, b.loc[key], column.name, rule, limit)) is not None]
-        if differ and rule == "exact" and any(c.failed for c in checks):
-            into.notes.append(f"{run}{file} {column.name} (a count) differs as the settings do: not compared")
+        if differ and rule in ("exact", "relative") and any(c.failed for c in checks):
+            what = "a count" if rule == "exact" else "a spread, which follows the sample's size"
+            into.notes.append(f"{run}{file} {column.name} ({what}) differs as the settings do: not compared")
             continue
         into.checks += checks
 
