@@ -189,7 +189,8 @@ def test_a_tolerance_key_the_runs_are_not_judged_by_is_refused(runs, command, ke
 MOVED = {("angular", "angular"): ("angular.csv", "distance"), ("prune", "prune"): ("prune.csv", "delta"),
          ("curve", "prune"): ("curve.csv", "score"), ("gradnorm", "gradnorm"): ("gradnorm.csv", "grad_norm"),
          ("gradnorm", "variance"): ("variance.csv", "variance"), ("monitor", "angular"): ("monitor.csv", "distance_next"),
-         ("monitor", "gradnorm"): ("monitor.csv", "grad_norm")}  # a number each key judges, by its meaning
+         ("monitor", "gradnorm"): ("monitor.csv", "grad_norm"), ("angular", "variance"): ("layers.csv", "variance"),
+         ("monitor", "variance"): ("monitor.csv", "variance")}  # a number each key judges, by its meaning
 
 
 @pytest.mark.parametrize("command, key", list(MOVED))

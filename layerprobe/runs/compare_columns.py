@@ -27,6 +27,8 @@ COMPARE_RULES = {  # Column.compare -> how compare judges that column, row by ro
     "derived": "equal to 1e-9 relative, in each run, to what it is derived from (derived:baseline+delta: pruned = "
                "baseline + delta)",
     "probability": "an absolute change within the tolerance (a p-value, on [0, 1])",
+    "absolute": "an absolute change within the tolerance (a distance, cosine or share on a fixed range, as d(l, n) is "
+                "judged: near 0 a relative rule would fail any sampling change)",
 }
 
 
@@ -139,7 +141,7 @@ def _column_check(row: Any, other: Any, column: str, rule: str, tol: float) -> t
     delta = y - x
     if rule == "exact":
         limit = 1e-9 * max(1.0, abs(x))
-    elif rule == "probability":
+    elif rule in ("probability", "absolute"):
         limit = tol
     elif rule == "relative":
         limit = tol * abs(x) if x == x else 0.0

@@ -82,7 +82,9 @@ KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "grad
                                   "monitor runs: at each measured step; every other number its tables declare "
                                   "(training.csv, loss.csv, gradnorm_samples.csv, standard deviations) as a fraction "
                                   "of its own value"),
-                        Tolerance("variance", 0.25, "relative change of any block's output variance")),
+                        Tolerance("variance", 0.25, "relative change of any block's output variance; angular and "
+                                  "monitor runs: of each layer's norm and variance (and angular's logit-lens KL and "
+                                  "effective rank) in layers.csv and monitor.csv")),
             column_tolerance=(("variance", "variance"),))
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
