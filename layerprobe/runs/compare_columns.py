@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from layerprobe.runs.checks import Check, Comparison, outside, same_keys
+from layerprobe.runs.checks import Check, Comparison, outside
 
 COMPARE_RULES = {  # Column.compare -> how compare judges that column, row by row (a `whole` column: exact)
     "scale": "the tolerance x the row's scale, max(|baseline|, |delta|, |its own value|) of the baseline run's row "
@@ -97,8 +97,20 @@ def declared_tables(old: Any, new: Any, tol: dict[str, float], into: Comparison,
             into.notes.append(f"{repr(name) + ': ' if name else ''}{file}: rows not told apart by {', '.join(keys)} "
                               "in both runs (a run of an earlier layerprobe): not compared")
             continue
-        same_keys(a.index, b.index, file)
+        a, b = _shared_rows(a, b, file, into, name)
         column_checks(into, name, file, (a, b), file, lambda key: _where(keys, key), limit, done=done)
+
+
+def _shared_rows(a: Any, b: Any, file: str, into: Comparison, name: str) -> tuple[Any, Any]:
+    """The rows both runs hold; rows in one run only are named (a curve that chose other sets scored other rows in
+    scores.csv; its comparer notes the changed choice, and refuses where its own table's rows differ)."""
+    only_old, only_new = a.index.difference(b.index), b.index.difference(a.index)
+    if len(only_old) or len(only_new):
+        into.notes.append(f"{repr(name) + ': ' if name else ''}{file}: {len(only_old)} rows in the baseline only, "
+                          f"{len(only_new)} in the new run only (e.g. {list(only_old[:1]) + list(only_new[:1])}): "
+                          "the rows both hold are compared")
+    shared = a.index.intersection(b.index)
+    return a.loc[shared], b.loc[shared]
 
 
 def _table(run: Any, file: str) -> Any:
