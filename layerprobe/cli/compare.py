@@ -37,7 +37,8 @@ def compare(
         call(check_file_owned, Path(output), is_verdict, "--out", overwrite)
     project, _ = call(find_project_config)
     tolerances = call(parse_tolerances, tolerance, project.get("tolerance"))
-    result = call(compare_folders, baseline, new, tolerances)
+    given = [pair.partition("=")[0].strip() for pair in tolerance or []]  # named here: each must apply to the runs
+    result = call(compare_folders, baseline, new, tolerances, given)
     text = call(render, result, fmt, max_rows)
     if output:
         try:

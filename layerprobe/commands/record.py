@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from layerprobe.errors import ConfigError
 from layerprobe.registry import Registry
-from layerprobe.runs.columns import TABLES, Column, Table
+from layerprobe.runs.columns import FILES, TABLES, Column, Table
 from layerprobe.runs.folder import check_out_apart, slug
 from layerprobe.runs.keys import SUMMARIES, Key
 from layerprobe.runs.kinds import KINDS, Kind, resolve_ref
@@ -132,6 +132,8 @@ def register(command: Command) -> Command:
         SUMMARIES.add(command.name, tuple(command.summary))
     for table, columns in command.tables.items():
         TABLES.add(table, columns if isinstance(columns, Table) else Table(tuple(columns)))
+    if command.kind is not None:
+        FILES[command.kind.name] = tuple(command.tables)
     return command
 
 

@@ -34,8 +34,8 @@ class Column:
     # where `optional`, empty); runs/read.py refuses 1.5, -1, NaN or infinity there, naming file, row and column
     words: tuple[str, ...] = ()  # a text column that holds one of these words in every row (or, where `optional`,
     # nothing): runs/read.py refuses any other text, NaN included, naming file, row and column
-    compare: str = "scale"  # how `compare` judges it (runs/compare.py, COMPARE_RULES): scale, exact, derived,
-    # probability; a `whole` column is always exact
+    compare: str = "scale"  # how `compare` judges it (runs/compare_columns.py, COMPARE_RULES): scale, relative,
+    # absolute, exact, derived, probability; a `whole` column is always exact
 
 
 YES_NO = ("True", "False")  # the words of a yes/no column (pandas writes a bool so)
@@ -47,30 +47,30 @@ LAYERS = (  # layers.csv, in the order it is written: row l describes x_l, the i
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2", label=""),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi, mean over positions", "[0, 1]", label="d(l, 1)",
-           gaps=True),
-    Column("cos_input", "mean cosine of x_l with x_0", "[-1, 1]"),
+           gaps=True, compare="absolute"),
+    Column("cos_input", "mean cosine of x_l with x_0", "[-1, 1]", compare="absolute"),
     Column("tokens", "positions measured", "positions", label="", whole=True),
     Column("effective_rank", "exp(entropy of the normalized singular values) of x_l on up to 2,048 positions",
            "dimensions", optional=True),
     Column("block_influence", "ShortGPT's Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]",
-           label="BI", signal="Block Influence", optional=True),
+           label="BI", signal="Block Influence", optional=True, compare="absolute"),
     Column("logit_lens_kl", "mean KL(p_L || p_l): the model's own final norm and head on x_l against its output",
            "nats", label="lens KL", signal="logit-lens KL", optional=True),
     Column("layer_type", "the kind of block l (attention, mamba, sliding_attention, ...); empty for the last row",
            label="kind", optional=True, number=False),
     Column("router_entropy", "mixture of experts: mean routing entropy / ln E of block l", "[0, 1]",
-           label="router H", optional=True),
+           label="router H", optional=True, compare="absolute"),
     Column("expert_load", "mixture of experts: evenness of the experts' top-k load in block l", "[0, 1]",
-           label="load", optional=True),
+           label="load", optional=True, compare="absolute"),
 )
 MONITOR = (  # monitor.csv (layerprobe.integrations): one row per (measured step, x_l)
     Column("step", "optimizer steps taken when measured (the step training started from: no gradient yet)", key=True,
            whole=True),
     Column("layer", "l, 0-based; the last row is the last block's output", key=True, whole=True),
     Column("distance_next", "d(x_l, x_l+1) = arccos(cos)/pi on the probe batches, mean over positions", "[0, 1]",
-           label="d(l, 1)", gaps=True),
+           label="d(l, 1)", gaps=True, compare="absolute"),
     Column("block_influence", "Block Influence of block l: 1 - mean cos(x_l, x_l+1)", "[0, 2]", label="BI",
-           gaps=True),
+           gaps=True, compare="absolute"),
     Column("norm", "mean L2 norm of x_l", "activation units"),
     Column("variance", "mean per-position variance of x_l over hidden units", "activation units^2"),
     Column("grad_norm", "L2 norm of block l's parameter gradients from that step's own backward, as the optimizer "
@@ -91,6 +91,10 @@ class Table:
 
 TABLES: dict[str, Table] = Registry("CSV table")  # CSV file -> its Table, filled by layerprobe.commands.register from the commands'
 # records (a record may give a file's columns alone), in registration order (docs/outputs.md's)
+
+
+FILES: dict[str, tuple[str, ...]] = {}  # run kind -> the files its command's record declares (register): compare
+# walks each CSV of them (runs/compare_columns.py)
 
 
 def names(columns: tuple[Column, ...]) -> list[str]:

@@ -13,55 +13,21 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict
+from typing import Any, Iterable
 from xml.sax.saxutils import quoteattr
 
 from layerprobe.errors import ConfigError, RunError, article, check_path
+from layerprobe.runs.checks import Check, Comparison, outside, relative, same_keys
+from layerprobe.runs.compare_columns import COMPARE_RULES, column_checks, declared_tables
 from layerprobe.runs.kinds import KINDS, tolerances
 from layerprobe.runs.read import Run, find_runs
 
+__all__ = ["COMPARE_RULES", "Check", "Comparison", "column_checks", "compare_folders", "compare_runs", "outside",
+           "parse_tolerances", "relative", "render", "same_keys", "settings_changed"]  # the comparers' helpers, here
+# since before they moved to checks.py and compare_columns.py
+
 FORMATS = ("text", "markdown", "json", "junit")
-
-
-@dataclass
-class Check:
-    """One number compared."""
-
-    run: str  # run path relative to the compared folder ('' for a single run)
-    metric: str  # e.g. "angular d(l,n)", "dP acc", "baseline acc", "grad params", "variance"
-    where: str  # e.g. "l=3 n=1", "layer 5", "pre layer 3"
-    old: float
-    new: float
-    delta: float
-    limit: float  # the allowed |delta| (absolute, already scaled)
-    failed: bool
-    interval: list | None = None  # [low, high]: the change's paired 95% interval from both runs' records, if any
-    rule: str = "tolerance"  # what decided: "tolerance", or "tolerance and paired interval" (records on both sides)
-
-
-@dataclass
-class Comparison:
-    baseline: str
-    new: str
-    checks: list[Check] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    tolerance: dict = field(default_factory=dict)
-    untested: list[str] = field(default_factory=list)  # why records gave no paired interval (the verdict says)
-
-    @property
-    def failures(self) -> list[Check]:
-        return [c for c in self.checks if c.failed]
-
-    @property
-    def exit_code(self) -> int:
-        return 1 if self.failures else 0
-
-
-def outside(old: float, new: float, delta: float, limit: float) -> bool:
-    """A check fails when |delta| exceeds its limit, or when either side is NaN or infinite (a NaN compares
-    false with everything, so `abs(delta) > limit` alone would pass it)."""
-    return not (math.isfinite(old) and math.isfinite(new)) or abs(delta) > limit
 
 
 def parse_tolerances(pairs: list[str] | None, project: dict | None = None) -> dict[str, float]:
@@ -89,14 +55,20 @@ def _split(pair: str) -> tuple[str, str]:
     return key.strip(), value.strip()
 
 
-def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None = None) -> Comparison:
+def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None = None,
+                    given: Iterable[str] | None = None) -> Comparison:
     """Compare two runs, or two folders of runs paired by their relative paths. tolerance: {key: value} for some of
-    the declared keys (the others keep their default), checked as --tolerance KEY=VALUE is."""
+    the declared keys (the others keep their default), checked as --tolerance KEY=VALUE is; given: the keys the
+    user named (None: those tolerance sets to other than their default), each refused where no compared run is
+    judged by it (a project's [tool.layerprobe.tolerance] may name keys for every kind of run, and is not)."""
     check_path(baseline, "compare's baseline")
     check_path(new, "compare's new run")
     if tolerance is not None and not isinstance(tolerance, dict):
         raise ConfigError(f"compare's tolerance must be a dict such as {{'angular': 0.05}}, got "
                           f"{type(tolerance).__name__} {repr(tolerance)[:40]}: pass a dict (or None for the defaults).")
+    if given is None:  # a library caller: the keys it set to other than their default (a parsed dict holds all)
+        defaults = {key: t.default for key, t in tolerances().items()}
+        given = [key for key, value in (tolerance or {}).items() if defaults.get(key) != value]
     tolerance = parse_tolerances(None, tolerance)  # the CLI's checks: known keys, finite numbers >= 0
     old_runs, new_runs = find_runs(baseline), find_runs(new)  # a NaN always-measured number: unusable, as for report
     if set(old_runs) != set(new_runs):
@@ -107,6 +79,7 @@ def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None 
             only_new = sorted(set(new_runs) - set(old_runs))
             raise RunError(f"The folders hold different runs (only in baseline: {', '.join(only_old) or '-'}; "
                            f"only in new: {', '.join(only_new) or '-'}): compare matching run folders.")
+    unused_tolerances(given, old_runs.values())
     result = Comparison(baseline, new, tolerance=tolerance)
     from pathlib import Path
 
@@ -115,6 +88,19 @@ def compare_folders(baseline: str, new: str, tolerance: dict[str, float] | None 
     for name in sorted(old_runs):
         compare_runs(old_runs[name], new_runs[name], tolerance, result, name)
     return result
+
+
+def unused_tolerances(given: Iterable[str], runs: Iterable[Run]) -> None:
+    """One rule for a --tolerance key that does not apply: refused, naming the keys the compared runs are judged by
+    (Kind.uses), as an unknown key is."""
+    kinds = {run.kind.name: run.kind for run in runs if run.kind.comparer is not None}
+    used = list(dict.fromkeys(key for kind in kinds.values() for key in kind.uses))
+    if not kinds or not all(kind.uses for kind in kinds.values()):
+        return  # a record that names none of the keys its comparer reads: which apply is not known
+    for key in given:
+        if key not in used:
+            raise ConfigError(f"--tolerance {key} does not apply to {', '.join(kinds)} runs: they are judged by "
+                              f"{', '.join(used)}; drop {key} or set one of those.")
 
 
 def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparison, name: str = "") -> None:
@@ -131,11 +117,29 @@ def compare_runs(old: Run, new: Run, tolerance: dict[str, float], into: Comparis
         raise RunError(f"{where}compare reads {comparable} runs, not {old.command}: pass runs of those.")
     if old.model != new.model:
         into.notes.append(f"{where}models differ: {old.model} -> {new.model}")
-    changed = settings_changed(old, new)
+    changed = into.changed[name] = settings_changed(old, new)
     if changed:
         into.notes.append(f"{where}settings that change the numbers differ ({', '.join(changed)}): the deltas "
                           "below mix that change with the model's")
-    old.kind.function("comparer")(old, new, tolerance, into, name)
+    try:
+        old.kind.function("comparer")(old, new, tolerance, into, name)
+    except KeyError as exc:  # a declared column the comparer reads, missing from a damaged table: one line
+        raise lacking(exc, old, new) from None
+    declared_tables(old, new, tolerance, into, name)  # every other CSV and column its record declares
+
+
+def lacking(exc: KeyError, *runs: Run) -> Exception:
+    """The RunError for a comparer's KeyError where a run's table lacks that declared column (else the error)."""
+    from layerprobe.runs.columns import TABLES
+
+    column = exc.args[0] if exc.args else None
+    for run in runs:
+        for stem, table in run.tables.items():
+            declared = TABLES.get(f"{stem}.csv")
+            if declared and column in {c.name for c in declared.columns} and column not in table:
+                return RunError(f"'{run.folder / (stem + '.csv')}' lacks the column '{column}': re-run the command, or "
+                                "restore the file.")
+    return exc
 
 
 def settings_changed(old: Run, new: Run) -> list[str]:
@@ -167,85 +171,6 @@ def settings_changed(old: Run, new: Run) -> list[str]:
         if x is not None and y is not None and x != y and not any(c.split(" ")[0].endswith(key) for c in changed):
             changed.append(f"{key} {x} -> {y}")
     return changed
-
-
-def relative(into: Comparison, name: str, metric: str, where: str, old: float, new: float, tol: float) -> None:
-    limit = tol * abs(old)
-    into.checks.append(Check(name, metric, where, old, new, new - old, limit, outside(old, new, new - old, limit)))
-
-
-COMPARE_RULES = {  # Column.compare -> how compare judges that column, row by row (a `whole` column: exact)
-    "scale": "the tolerance x the row's scale, max(|baseline|, |delta|, |its own value|) of the baseline run's row "
-             "(a score, an interval bound, a standard error)",
-    "exact": "equal to 1e-9 relative (a count, an index, k / layers)",
-    "derived": "equal to 1e-9 relative, in each run, to what it is derived from (derived:baseline+delta: pruned = "
-               "baseline + delta)",
-    "probability": "an absolute change within the tolerance (a p-value, on [0, 1])",
-}
-
-
-def column_checks(into: Comparison, name: str, file: str, pair: tuple, label: str, where: Any, tol: float,
-                  done: tuple = (), alone_fails: tuple = ()) -> None:
-    """Every numeric column `file`'s record declares, beyond `done` (the comparer's own checks), row by row: pair, the
-    two runs' rows with one index (same_keys checked); where(index) names a row; each judged by its column's rule
-    (COMPARE_RULES). A column empty in both runs is skipped; one with values in one run only is named in a note (a
-    failure where it is in alone_fails); a value in one run's row only fails."""
-    from layerprobe.runs.columns import TABLES
-
-    a, b = pair
-    for column in TABLES[file].columns:
-        if not column.number or column.key or column.name in done or "<" in column.name:
-            continue
-        has = [column.name in t and bool(t[column.name].notna().any()) for t in (a, b)]
-        if not any(has):
-            continue
-        if not all(has) and column.name not in alone_fails:
-            into.notes.append(f"{repr(name) + ': ' if name else ''}{file} {column.name} holds values in the "
-                              f"{'baseline' if has[0] else 'new'} run only: not compared")
-            continue
-        rule = "exact" if column.whole else column.compare
-        for key, row in a.iterrows():
-            check = _column_check(row, b.loc[key], column.name, rule, tol)
-            if check is not None:
-                into.checks.append(Check(name, f"{label} {column.name}", where(key), *check))
-
-
-def _number(row: Any, column: str) -> float:
-    value = row.get(column, math.nan)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _column_check(row: Any, other: Any, column: str, rule: str, tol: float) -> tuple | None:
-    """(old, new, delta, limit, failed) of one row's value by its rule; None where both runs leave it empty."""
-    x, y = _number(row, column), _number(other, column)
-    if math.isnan(x) and math.isnan(y):
-        return None
-    if rule.startswith("derived:"):  # e.g. derived:baseline+delta: each run's value against its own parts
-        parts = rule.split(":", 1)[1]
-        first, sign, second = parts.partition("+") if "+" in parts else parts.partition("-")
-        factor = 1.0 if sign == "+" else -1.0
-        gaps = [v - (_number(r, first) + factor * _number(r, second)) for v, r in ((x, row), (y, other))]
-        worst = max(gaps, key=lambda g: abs(g) if g == g else math.inf)
-        limit = 1e-9 * max(1.0, abs(x))
-        return x, y, worst, limit, outside(x, y, worst, limit)
-    delta = y - x
-    if rule == "exact":
-        limit = 1e-9 * max(1.0, abs(x))
-    elif rule == "probability":
-        limit = tol
-    else:
-        limit = tol * max([abs(v) for v in (_number(row, "baseline"), _number(row, "delta"), x) if v == v] + [1e-12])
-    return x, y, delta, limit, outside(x, y, delta, limit)
-
-
-def same_keys(a: Any, b: Any, what: str) -> None:
-    if set(a) != set(b):
-        missing, extra = sorted(set(a) - set(b), key=str)[:3], sorted(set(b) - set(a), key=str)[:3]
-        raise RunError(f"The runs cover different entries in {what} (only in baseline: {missing or '-'}; only in new: "
-                       f"{extra or '-'}): compare runs made with the same settings.")
 
 
 # ---- rendering ---------------------------------------------------------------------------------------------------

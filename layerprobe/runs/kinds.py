@@ -49,12 +49,21 @@ class Kind:
     # several runs sit side by side (angular: heatmaps on one colour scale); None: each run's own plot
     wide_past: int | None = None  # more layers than this: a run's section takes the page's width (a bar per layer)
     tolerances: tuple[Tolerance, ...] = ()  # the --tolerance keys it declares (its comparer and others may read them)
+    compared_with: tuple[str, ...] = ()  # the --tolerance keys its runs are judged by, where not (only) those it
+    # declares (a curve: prune's); the first judges the columns of its other tables (runs/compare_columns.py)
+    column_tolerance: tuple[tuple[str, str], ...] = ()  # (column, --tolerance key) where a column of its other
+    # tables is judged by another key than the first
     reads: tuple[str, ...] = ()  # summary keys its readers index: load_run refuses a summary.json without one
     words: str | None = None  # how the CLI runs it, where that is not `layerprobe <name>` ('prune --curve'): what an
     # unfinished run's message tells to run with --resume
     check: str | Callable | None = None  # (run) -> None: what its tables and summary must agree on beyond their
     # columns (a curve.csv with the rows of every strategy its summary lists), a RunError naming the damage; load_run
     # calls it, so every reader (report, compare, export --from-curve) refuses the run alike
+
+    @property
+    def uses(self) -> tuple[str, ...]:
+        """The --tolerance keys its runs are judged by: a key none of the compared runs uses is refused."""
+        return tuple(dict.fromkeys(self.compared_with + tuple(t.key for t in self.tolerances)))
 
     @property
     def facts(self) -> tuple[tuple[str, str], ...]:

@@ -112,10 +112,12 @@ def test_a_command_added_by_its_record_alone_is_everywhere(dummy, tmp_path):
     bad = runner.invoke(app, ["dummy", "--value", "-1", "--out", "d"])  # the setting's own declared range
     assert bad.exit_code == 2 and "--value must be a positive number" in bad.output
 
-    same = compare_folders("a", "b", parse_tolerances(None))
-    assert same.exit_code == 0 and len(same.checks) == 4
+    same = compare_folders("a", "b", parse_tolerances(None))  # its comparer's 4, and dummy.csv's 2 numbers x 4 rows
+    assert same.exit_code == 0 and len(same.checks) == 4 + 2 * 4
     moved = compare_folders("a", "c", parse_tolerances(None))  # 3 x 3 = 9 against 3 x 6 = 18 at layer 3
-    assert moved.exit_code == 1 and {c.where for c in moved.failures} == {"layer 1", "layer 2", "layer 3"}
+    assert moved.exit_code == 1 and {c.where for c in moved.failures if c.metric == "dummy value"} == {
+        "layer 1", "layer 2", "layer 3"}
+    assert {c.where for c in moved.failures if c.metric == "dummy.csv squared"} == {"layer=1", "layer=2", "layer=3"}
 
     page = report_runs(["a", "c"], str(tmp_path))
     html = page.html.read_text()

@@ -34,7 +34,11 @@ KIND = Kind("angular", (("angular.csv", True), ("layers.csv", True)), "heatmap.p
             overlay=READ + "angular_by_depth", config_class=AngularConfig, shared_plots=READ + "shared_heatmaps",
             overlay_axis=("d(l, 1)", "Angular distance of each layer, by relative depth"), check=READ + "whole_grid",
             tolerances=(Tolerance("angular", 0.02, "absolute change of any d(l, n); monitor runs: of each d(l, 1) at "
-                                  "each measured step"),))
+                                  "each measured step; every other distance, cosine or share on a fixed range "
+                                  "layers.csv and monitor.csv declare (d(l, 1), Block Influence, cos with x_0, "
+                                  "router entropy) alike; counts exactly"),),
+            compared_with=("angular", "variance"),
+            column_tolerance=tuple((c, "variance") for c in ("norm", "variance", "logit_lens_kl", "effective_rank")))
 COMMAND = Command("angular", "layerprobe.cli.angular:angular", "layerprobe.commands.angular.run:run_angular",
                   settings=AngularConfig, kind=KIND, summary=SUMMARY,
                   tables={"layers.csv": LAYERS, "angular.csv": ANGULAR}, folder=named("angular"))

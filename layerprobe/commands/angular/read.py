@@ -132,6 +132,7 @@ def compare_angular(old: Run, new: Run, tol: dict, into: Comparison, name: str) 
     a = old.tables["angular"].set_index(["layer", "n"])["distance"]
     b = new.tables["angular"].set_index(["layer", "n"])["distance"]
     same_keys(a.index, b.index, "angular.csv")
+    into.covered[(name, "angular.csv")] = ("distance",)  # its other columns and layers.csv: compare_columns.py
     for (layer, n), value in a.items():
         other = float(b[(layer, n)])
         delta = other - float(value)

@@ -16,7 +16,7 @@ GRADNORM = (  # gradnorm.csv: means over seeds and batches
     Column("module", "block, or a sub-module of it", key=True, number=False),
     Column("grad_norm", "L2 norm of the gradient, mean over seeds and batches", always=True),
     Column("std", "its standard deviation over seeds and batches (empty where samples = 1: no spread is measured)",
-           gaps=True),
+           gaps=True, compare="relative"),
     Column("samples", "seeds x batches averaged", whole=True),
     Column("step", "the training step measured (0: at initialization)", key=True, whole=True),
 )
@@ -25,7 +25,7 @@ VARIANCE = (  # variance.csv: the output variance of each block
     Column("step", "the training step measured", key=True, whole=True),
     Column("layer", "block l", key=True, whole=True),
     Column("variance", "variance of block l's output over hidden units, mean over seeds and batches"),
-    Column("std", "its standard deviation (empty where samples = 1)", gaps=True),
+    Column("std", "its standard deviation (empty where samples = 1)", gaps=True, compare="relative"),
     Column("samples", "seeds x batches averaged", whole=True),
 )
 SAMPLES = (  # gradnorm_samples.csv: what gradnorm.csv and variance.csv average, one row per measurement
@@ -80,8 +80,13 @@ KIND = Kind("gradnorm", (("gradnorm.csv", True), ("variance.csv", False)), "grad
             (("arch", "arch"), ("seeds x batches", "{seeds} x {batches}"), ("steps", "steps")),
             READ + "gradnorm_findings", READ + "gradnorm_table", READ + "compare_gradnorm", config_class=GradnormConfig,
             tolerances=(Tolerance("gradnorm", 0.25, "relative change of any block's gradient norm, params or input; "
-                                  "monitor runs: at each measured step"),
-                        Tolerance("variance", 0.25, "relative change of any block's output variance")))
+                                  "monitor runs: at each measured step; every other number its tables declare "
+                                  "(training.csv, loss.csv, gradnorm_samples.csv, standard deviations) as a fraction "
+                                  "of its own value"),
+                        Tolerance("variance", 0.25, "relative change of any block's output variance; angular and "
+                                  "monitor runs: of each layer's norm and variance (and angular's logit-lens KL and "
+                                  "effective rank) in layers.csv and monitor.csv")),
+            column_tolerance=(("variance", "variance"),))
 COMMAND = Command("gradnorm", "layerprobe.cli.gradnorm:gradnorm", "layerprobe.commands.gradnorm.run:run_gradnorm",
                   settings=GradnormConfig, kind=KIND, summary=SUMMARY,
                   tables={"gradnorm.csv": GRADNORM, "variance.csv": VARIANCE, "training.csv": TRAINING,

@@ -51,6 +51,8 @@ def compare_gradnorm(old: Run, new: Run, tol: dict, into: Comparison, name: str)
     a = a[a["module"] == "block"].set_index(keys)["grad_norm"]
     b = b[b["module"] == "block"].set_index(keys)["grad_norm"]
     same_keys(a.index, b.index, "gradnorm.csv (placements, steps, layers)")
+    into.covered[(name, "gradnorm.csv")] = ("grad_norm",)  # the rest, its other tables: compare_columns.py
+    into.covered[(name, "variance.csv")] = ("variance",)
     for (norm, step, layer, kind, _), value in a.items():
         relative(into, name, f"grad {kind}", f"{norm} step {step} layer {layer}", float(value),
                  float(b[(norm, step, layer, kind, "block")]), tol["gradnorm"])

@@ -39,7 +39,9 @@ READ = f"{__name__}.read:"  # read.py: its findings, per-layer table and compare
 KIND = Kind("monitor", (("monitor.csv", True),), "monitor.png", "During training: d(l, 1) and gradient norms by step",
             (("normalization", "placement"), ("dataset", "dataset"), ("probe tokens", "tokens"), ("every", "every"),
              ("deep below shallow from step", "crossover_step")),
-            READ + "monitor_findings", READ + "monitor_table", READ + "compare_monitor")
+            READ + "monitor_findings", READ + "monitor_table", READ + "compare_monitor",
+            compared_with=("angular", "gradnorm", "variance"),
+            column_tolerance=(("norm", "variance"), ("variance", "variance")))
 COMMAND = Command("monitor", settings=MonitorSettings, kind=KIND, summary=SUMMARY, tables={"monitor.csv": MONITOR},
                   exports={"LayerMonitor": "layerprobe.integrations.monitor:LayerMonitor",  # a plain loop
                            "LayerprobeCallback": "layerprobe.integrations.hf_trainer:LayerprobeCallback"})  # HF Trainer

@@ -41,6 +41,7 @@ def compare_monitor(old: Run, new: Run, tol: dict, into: Comparison, name: str) 
     one, within the gradnorm tolerance (relative); the deep-below-shallow step is noted where it moved."""
     a, b = (t.tables["monitor"].set_index(["step", "layer"]) for t in (old, new))
     same_keys(a.index, b.index, "monitor.csv (steps, layers)")
+    into.covered[(name, "monitor.csv")] = ("distance_next", "grad_norm")  # the rest: compare_columns.py
     for (step, layer), row in a[a["distance_next"].notna()].iterrows():
         value, other = float(row["distance_next"]), float(b.loc[(step, layer), "distance_next"])
         into.checks.append(Check(name, "monitor d(l,1)", f"step {step} layer {layer}", value, other, other - value,

@@ -22,13 +22,14 @@ PRUNE = (  # prune.csv (and a curve's scores.csv): one row per (variant, metric)
     Column("pruned", "the score without the removed layers", always=True,
            compare="derived:baseline+delta"),
     Column("delta", "dP = pruned - baseline", always=True),
-    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one", gaps=True),
-    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one", gaps=True),
+    Column("baseline_stderr", "lm-eval's standard error of the baseline, where it gives one", gaps=True, compare="relative"),
+    Column("pruned_stderr", "lm-eval's standard error of the pruned score, where it gives one", gaps=True, compare="relative"),
 )
 PAIRED = (  # prune.csv and curve.csv: the paired interval of each dP from the per-document records (samples.csv.gz)
     Column("delta_stderr", "paired standard error of dP over the same documents (mean scores: sd of the per-document "
            "differences / sqrt(n), strata-weighted for a group; kl, drift: the ratio's linearized error; ppl: the sd "
-           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records", gaps=True),
+           "of a paired bootstrap over sequences, seed 0, 2,000 resamples); empty without records", gaps=True,
+           compare="relative"),
     Column("delta_lo", "lower end of dP's 95% interval, inside the range the score can take (Student's t with n - 1 "
            "degrees of freedom; ppl: the paired bootstrap's expanded percentile interval, each end the change on one "
            "resample of the sequences; a 0/1 score over fewer than 30 documents, with none changed or where t "
@@ -251,8 +252,9 @@ PRUNE_KIND = Kind("prune", (("prune.csv", True),), "prune.png", "Pruning: perfor
                                         "dP, as a fraction of the baseline score's magnitude, or of the largest |dP| "
                                         "when larger: kl, drift; a curve's score at each (strategy, k) as a fraction "
                                         "of that row's |baseline| or |delta|; every other number prune.csv and "
-                                        "curve.csv declare, row by row: scores, interval bounds and standard errors "
-                                        "as a fraction of the row's |baseline|, |delta| or own value, p-values as an "
+                                        "curve.csv (and scores.csv) declare, row by row: scores and interval bounds "
+                                        "as a fraction of the row's |baseline|, |delta| or own value, standard errors "
+                                        "as a fraction of their own value, p-values as an "
                                         "absolute change; counts, k / layers and the derived pruned = baseline + "
                                         "delta must match exactly"),))
 CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.png",
@@ -261,7 +263,7 @@ CURVE_KIND = Kind("curve", (("curve.csv", True), ("scores.csv", False)), "curve.
                    ("keep", "keep")),
                   READ_CURVE + "curve_findings", READ_CURVE + "curve_table", READ_CURVE + "compare_curve",
                   label_key="task", label_word="curve", config_class=PruneConfig, reads=("metric",),
-                  check=READ_CURVE + "whole_curves", words="prune --curve")
+                  check=READ_CURVE + "whole_curves", words="prune --curve", compared_with=("prune",))
 
 
 def prune_folder(config: Any) -> str:
