@@ -475,6 +475,30 @@ def test_the_margin_tells_less_sure_from_everything_less_likely():
     assert "Without 1 of them the drop cannot be told from everything getting less likely" in text and "3 (margin" in text
 
 
+def test_records_without_every_choice_do_not_call_a_gold_drop_less_sure():
+    """Issue 48: records made before every choice was kept hold the gold answer's loglikelihood only; a measurable
+    drop in it (here every choice down by 1 nat alike, so the model is no less sure) is said to be untested for the
+    margin, never left to read as 'less sure of the right answer'."""
+    rng = np.random.default_rng(5)
+    n = 80
+    base = rng.normal(-2, 0.5, (n, 3))
+    base[:, 0] += 1.0
+    variants = {"unpruned": base, "2": base - 1.0 + rng.normal(0, 0.1, (n, 1))}
+    records = [{"removed": k, "task": "t", "doc_id": i, "gold": 0, "gold_loglik": float(r[0]),
+                "acc": float(np.argmax(r) == 0)} for k, v in variants.items() for i, r in enumerate(v)]
+    acc = {k: float(np.mean(np.argmax(v, 1) == 0)) for k, v in variants.items()}
+    rows = pd.DataFrame([{"removed": "2", "layer": 2, "block": 1, "metric": "acc", "baseline": acc["unpruned"],
+                          "pruned": acc["2"], "delta": acc["2"] - acc["unpruned"]}])
+    table = add_intervals(rows, records, "t", None, "acc")
+    assert table["loglik_hi"].iloc[0] < 0  # the gold loglikelihood drop is measurable (about -1, by construction)
+    s = {"model": "m", "task": "t", "metric": "acc", "higher_is_better": True, "block": 1,
+         "baseline": acc["unpruned"], "records": "samples.csv.gz", **prune_decisions(table, records, "t", "acc")}
+    text = " ".join(prune_findings(Run(Path("."), "prune", s, {}, {"prune": table})))
+    assert "drops measurably without 1 of 1" in text
+    assert "cannot be told from every choice getting less likely alike" in text and "less sure of the right" in text
+    assert "got less sure of the right answer: the margin" not in text
+
+
 def test_a_zero_cluster_robust_stderr_gives_no_interval():
     """Issue 47, replay B08: two subtasks whose documents all moved by the same amount have a cluster-robust stderr
     of exactly 0 (every cluster's residual sum is 0, by hand), and the change was 'measurable' at p 0 from an

@@ -238,7 +238,7 @@ QUOTES = [
           lambda run: [f"{cost_rho(run, 'block_influence'):+.2f}", f"{cost_rho(run, 'angular'):+.2f}",
                        *(f"{summary(run)['signal_test'][k]:+.3f}" for k in ("difference", "lo", "hi"))]),
     Quote("README.md", "570 questions): {}, not told from chance {} (p {}); no acc change measurable (none under {} "
-          "could be); gold loglikelihood drops without {} of 30.", MMLU, _mmlu),
+          "could be); gold loglikelihood drops without {} of 30", MMLU, _mmlu),
     Quote("docs/guide.md", "SmolLM2-135M scores {} ({} of 570) where chance is {}, which an exact binomial test cannot "
           "tell from chance (p {})", MMLU,
           lambda run: [f"{summary(run)['baseline']:.3f}", str(summary(run)["chance_test"]["baseline"]["correct"]),

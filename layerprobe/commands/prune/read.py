@@ -82,11 +82,18 @@ def _loglik_measured(order: Any) -> list[str]:
     return [text + "."] + _margin_measured(known, lower)
 
 
+NO_MARGIN = ("This run's records keep only the gold answer's loglikelihood (not every choice's), so a drop in it "
+             "cannot be told from every choice getting less likely alike: it is not shown that the model got less "
+             "sure of the right answer; a re-run records every choice and tests the margin over the best wrong one.")
+
+
 def _margin_measured(known: Any, lower: Any) -> list[str]:
     """Where the gold loglikelihood drops measurably: did the margin over the best wrong choice drop too (the model
     got less sure of the right answer) or not (every choice got less likely alike)? Holm over the same removals."""
-    if "margin_significant" not in known or known["margin_lo"].isna().all() or lower.empty:
+    if lower.empty:
         return []
+    if "margin_significant" not in known or known["margin_lo"].isna().all():
+        return [NO_MARGIN]
     surer = lower[lower["margin_significant"].astype(bool) & (lower["margin_delta"] < 0)]
     alike = lower.drop(index=surer.index)
     shown = lambda rows: ", ".join(f"{r.removed} (margin {r.margin_delta:+.3g}, {r.margin_lo:+.3g} to "
