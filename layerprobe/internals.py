@@ -74,6 +74,12 @@ INTERNALS = (
              "lm-eval 0.4.12, hence its floor)",
              params={"__init__": ("include_path", "include_defaults"), "load": ("task_list",)},
              attributes=("all_tasks",)),
+    Internal("TaskIndex", "lm-eval", ("lm_eval.tasks._index:TaskIndex",),
+             "evaluation/harness.py replaces its static build(paths, resolve_includes) while a TaskManager is built, "
+             "so that lm-eval's own task folder (the module's own folder, which TaskManager indexes first) is "
+             "indexed once per process; build indexes each folder on its own and merges them in order. Optional: "
+             "without it (an older lm-eval) every manager indexes lm-eval's tasks again",
+             params={"build": ("paths", "resolve_includes")}, attributes=("build",)),
     Internal("evaluate", "lm-eval", ("lm_eval.evaluator:evaluate",),
              "evaluation/harness.py evaluates every variant on the task objects built once (simple_evaluate would "
              "rebuild them)",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import functools
+import inspect
 import logging
 import math
 import random
@@ -274,10 +275,51 @@ def _folder_state(include_path: str | None) -> tuple:
 def task_manager(include_path: str | None, include_defaults: bool, state: tuple) -> Any:
     """lm-eval's TaskManager, indexed once per process for the same folders (`state`: _folder_state): indexing
     lm-eval's own tasks takes ~20 s, and a library user or a test session builds many sweeps in one process.
-    load() builds new task objects from the index on every call, so one manager serves them all."""
+    load() builds new task objects from the index on every call, so one manager serves them all. A manager for
+    another folder reuses the index of lm-eval's own tasks (_own_tasks_indexed_once) and indexes only the folder."""
     from layerprobe.internals import TaskManager
 
-    return TaskManager(include_path=include_path, include_defaults=include_defaults)
+    with _own_tasks_indexed_once():
+        return TaskManager(include_path=include_path, include_defaults=include_defaults)
+
+
+@contextlib.contextmanager
+def _own_tasks_indexed_once() -> Iterator[None]:
+    """While inside, lm-eval's TaskIndex.build indexes its own task folder (~10,000 YAML files) once per process and
+    every other folder as before. build() indexes each folder on its own and merges them in order (a later folder's
+    name replaces an earlier one's), so building per folder and merging alike is the same index; the entries are not
+    changed after the build (the task factory deep-copies an entry's config before using it), so managers share
+    them. Where this lm-eval has no TaskIndex, the plain build."""
+    try:
+        from layerprobe.internals import TaskIndex
+    except ImportError:  # an lm-eval without it (the floor may predate it): index as lm-eval does
+        TaskIndex = None
+    real = vars(TaskIndex).get("build") if TaskIndex is not None else None  # the staticmethod, put back as it was
+    if not isinstance(real, staticmethod):
+        yield
+        return
+    own = Path(inspect.getfile(TaskIndex)).parent  # lm_eval/tasks, the folder TaskManager adds first
+
+    def build(paths: Any, *, resolve_includes: bool = True) -> dict:
+        index: dict = {}
+        for root in paths:
+            if Path(root) == own and resolve_includes:
+                index.update(_own_index(real.__func__, str(own)))
+            else:
+                index.update(real.__func__([root], resolve_includes=resolve_includes))
+        return index
+
+    TaskIndex.build = staticmethod(build)
+    try:
+        yield
+    finally:
+        TaskIndex.build = real
+
+
+@functools.lru_cache(maxsize=1)
+def _own_index(build: Any, root: str) -> dict:
+    """lm-eval's own tasks, indexed once per process (a copy of the dict is merged; its entries are shared)."""
+    return build([Path(root)], resolve_includes=True)
 
 
 def _metrics(table: dict) -> dict[str, tuple[float, float | None]]:
