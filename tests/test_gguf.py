@@ -71,7 +71,29 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
     assert (a["delta"] > 0).all()
 
 
+def test_smollm2_angular_matches_hf_hidden_states_of_the_converted_folder(cache, tmp_path):
+    """The cached path (the conversion test_prune_kl_on_gguf_equals_the_converted_folder made) against transformers'
+    own forward of the real weights: hidden states of the converted folder loaded as a plain checkpoint, per-token
+    arccos in float64 (no layerprobe hook or distance code). That the folder is transformers' own GGUF loading:
+    tests/test_gguf_tiny.py on a tiny GGUF, test_smollm2_angular_matches_hf_hidden_states (extended) on this one."""
+    result = invoke("angular", "smollm2", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
+                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "0",
+                    "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    folder = cache_root() / gguf_module.file_sha256(smollm2_gguf())[:24]
+    summary = pd.read_json(tmp_path / "run" / "summary.json", typ="series")
+    assert Path(summary["model_path"]).resolve() == folder.resolve()  # the run read the cached folder
+    expected, count = naive_reference(str(folder), "norm", "builtin", 128, 32, 2)
+    table = pd.read_csv(tmp_path / "run" / "angular.csv")
+    assert int(table["tokens"].iloc[0]) == count and len(table) == 30 * 31 // 2
+    for row in table.itertuples():
+        assert row.distance == pytest.approx(expected[row.layer, row.layer + row.n], abs=1e-4)
+
+
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
+@pytest.mark.extended  # two dequantizations of the Q4_1 file (~2 min); the default tier's twins: the conversion and
+# --no-cache against transformers' GGUF loading on a tiny GGUF (tests/test_gguf_tiny.py), SmolLM2's real weights
+# against HF's hidden states (test_smollm2_angular_matches_hf_hidden_states_of_the_converted_folder)
 def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
     """The direct path (--no-cache: converted in memory, nothing written) against transformers' own GGUF loading:
     hidden states, per-token arccos in float64. The cached path equals the converted folder exactly (the tests
@@ -108,6 +130,8 @@ def test_a_failed_conversion_leaves_nothing_that_is_read(cache, tmp_path, monkey
 
 
 @pytest.mark.slow  # a real conversion in a child process, killed
+@pytest.mark.extended  # two SmolLM2 conversions (~35 s); the default tier's twin kills a tiny GGUF's conversion
+# after its weights are written, every time: tests/test_gguf_tiny.py::test_a_killed_conversion_is_redone
 def test_a_killed_conversion_is_redone(cache, tmp_path):
     copy = tmp_path / "killed.gguf"
     shutil.copyfile(smollm2_gguf(), copy)
