@@ -143,11 +143,11 @@ def _python_example(page: str, needle: str) -> str:
 
 @pytest.mark.slow
 def test_readme_python_api_example_runs_as_written(tmp_path):
-    """The 'Use it from Python' block as written, but on fewer tokens (MiniLM, 2,048 + 1,024 instead of 16,384 + 8,192:
-    the same calls, outputs and plot, an eighth of the work)."""
+    """The 'Use it from Python' block as written, but on fewer tokens (MiniLM, 1,024 + 512 instead of 16,384 + 8,192:
+    two and one 512-token sequences; the same calls, outputs and plot, a sixteenth of the work)."""
     code = _python_example("README.md", "from layerprobe import AngularConfig")
     assert "tokens=16384" in code and "tokens=8192" in code
-    small = code.replace("tokens=16384", "tokens=2048").replace("tokens=8192", "tokens=1024")
+    small = code.replace("tokens=16384", "tokens=1024").replace("tokens=8192", "tokens=512")
     done = subprocess.run([sys.executable, "-c", small], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-2000:]
