@@ -78,17 +78,19 @@ def two_subjects(tmp_path_factory):
 
 
 def reference(model, tok, tasks=SUBJECTS, include=None):
-    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each task."""
+    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each task. Its TaskManager
+    is lm-eval's index of its own tasks and `include`, the one the sweep indexed (held per process by folder state;
+    load() builds new task objects from it on every call): one ~16 s index per folder, not two."""
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM
 
-    from layerprobe.evaluation.harness import task_manager
+    from layerprobe.evaluation.harness import _folder_state, task_manager
     from layerprobe.evaluation.local_data import datasets_from
 
     with datasets_from(packaged_task_data()), torch.inference_mode():
         return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(tasks),
                                num_fewshot=5, limit=LIMIT, log_samples=True, bootstrap_iters=0,
-                               task_manager=task_manager(include, True, ()), verbosity="ERROR")
+                               task_manager=task_manager(include, True, _folder_state(include)), verbosity="ERROR")
 
 
 @pytest.fixture(scope="module")
