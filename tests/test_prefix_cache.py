@@ -68,13 +68,42 @@ def models(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def two_subjects(tmp_path_factory):
-    """A group of two of lm-eval's own MMLU subject tasks."""
-    folder = tmp_path_factory.mktemp("two-subjects")
+def task_folder(tmp_path_factory):
+    """One --include-path folder for the module's two tasks (two_subjects, arc_fixed_shots): lm-eval indexes its own
+    tasks and the folder once (~16 s), not once per task folder."""
+    import lm_eval
+
+    folder = tmp_path_factory.mktemp("tasks")
     (folder / "two_mmlu.yaml").write_text(
         f"group: two_mmlu\ntask: [{', '.join(SUBJECTS)}]\n"
         "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n")
+    arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
+    shots = [("Which of these is a liquid at room temperature?", ["iron", "water", "salt", "sand"], "B"),
+             ("What does a plant need to make its own food?", ["sunlight", "rocks", "plastic", "darkness"], "A"),
+             ("Which planet is closest to the Sun?", ["Mars", "Earth", "Mercury", "Jupiter"], "C"),
+             ("What happens to water when it freezes?", ["it boils", "it turns to gas", "it vanishes", "it becomes ice"],
+              "D"),
+             ("Which tool measures temperature?", ["a ruler", "a thermometer", "a scale", "a clock"], "B")]
+    samples = "".join(f"    - {{question: {json.dumps(q)}, choices: {{text: {json.dumps(c)}, label: [A, B, C, D]}}, "
+                      f"answerKey: {a}}}\n" for q, c, a in shots)
+    (folder / "arc_easy_fixed5.yaml").write_text(
+        f"task: arc_easy_fixed5\ninclude: {arc}\ntraining_split: null\nfewshot_config:\n  sampler: first_n\n"
+        f"  samples:\n{samples}")
     return folder
+
+
+@pytest.fixture(scope="module")
+def two_subjects(task_folder):
+    """A group of two of lm-eval's own MMLU subject tasks (two_mmlu)."""
+    return task_folder
+
+
+@pytest.fixture(scope="module")
+def arc_fixed_shots(task_folder):
+    """lm-eval's own arc_easy (its prompt, choices and metrics, by `include`) with five fixed few-shot examples
+    written here (arc_easy_fixed5): the offline ARC copy has no train split to draw them from, and fixed examples give
+    every question the same 5-shot block, as MMLU's dev rows do."""
+    return task_folder
 
 
 def reference(model, tok, tasks=SUBJECTS, include=None):
@@ -91,29 +120,6 @@ def reference(model, tok, tasks=SUBJECTS, include=None):
         return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(tasks),
                                num_fewshot=5, limit=LIMIT, log_samples=True, bootstrap_iters=0,
                                task_manager=task_manager(include, True, _folder_state(include)), verbosity="ERROR")
-
-
-@pytest.fixture(scope="module")
-def arc_fixed_shots(tmp_path_factory):
-    """lm-eval's own arc_easy (its prompt, choices and metrics, by `include`) with five fixed few-shot examples
-    written here: the offline ARC copy has no train split to draw them from, and fixed examples give every question
-    the same 5-shot block, as MMLU's dev rows do."""
-    import lm_eval
-
-    folder = tmp_path_factory.mktemp("arc-fixed")
-    arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
-    shots = [("Which of these is a liquid at room temperature?", ["iron", "water", "salt", "sand"], "B"),
-             ("What does a plant need to make its own food?", ["sunlight", "rocks", "plastic", "darkness"], "A"),
-             ("Which planet is closest to the Sun?", ["Mars", "Earth", "Mercury", "Jupiter"], "C"),
-             ("What happens to water when it freezes?", ["it boils", "it turns to gas", "it vanishes", "it becomes ice"],
-              "D"),
-             ("Which tool measures temperature?", ["a ruler", "a thermometer", "a scale", "a clock"], "B")]
-    samples = "".join(f"    - {{question: {json.dumps(q)}, choices: {{text: {json.dumps(c)}, label: [A, B, C, D]}}, "
-                      f"answerKey: {a}}}\n" for q, c, a in shots)
-    (folder / "arc_easy_fixed5.yaml").write_text(
-        f"task: arc_easy_fixed5\ninclude: {arc}\ntraining_split: null\nfewshot_config:\n  sampler: first_n\n"
-        f"  samples:\n{samples}")
-    return folder
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])
