@@ -71,6 +71,7 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
     assert (a["delta"] > 0).all()
 
 
+@pytest.mark.slow  # SmolLM2 converted (when first in the module) and measured
 def test_smollm2_angular_matches_hf_hidden_states_of_the_converted_folder(cache, tmp_path):
     """The cached path (the conversion test_prune_kl_on_gguf_equals_the_converted_folder made) against transformers'
     own forward of the real weights: hidden states of the converted folder loaded as a plain checkpoint, per-token

@@ -96,6 +96,7 @@ gguf.cached_folder(gguf.read_header(Path(sys.argv[1])))
 """
 
 
+@pytest.mark.slow  # a conversion in a child process, killed
 def test_a_killed_conversion_is_redone(cache, tiny_gguf, tmp_path):
     copy = tmp_path / "killed.gguf"
     shutil.copyfile(tiny_gguf, copy)
