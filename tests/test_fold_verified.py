@@ -229,3 +229,18 @@ def test_the_merged_checkpoint_of_an_unfinished_heal_is_named_as_such(model_dirs
         result = invoke(*command)
         assert_error(result, "is the merged/ checkpoint of a heal run that has not finished")
         assert f"--resume --out {run}" in " ".join(result.output.split())
+
+
+def test_the_merged_checkpoint_of_a_heal_without_its_summary_is_not_taken(model_dirs, tmp_path):
+    """Issue 47, replay K2_hsim: a finished heal run whose summary.json is gone (its manifest.json names heal), with a
+    lock layerprobe did not write: export is refused naming the missing summary, not handed 'the healed checkpoint'."""
+    import shutil
+
+    run = tmp_path / "heal"
+    shutil.copytree(model_dirs["llama"], run / "merged")
+    (run / "manifest.json").write_text(json.dumps({"command": "heal", "files": ["merged", "manifest.json"]}))
+    (run / ".layerprobe.lock").write_text('{"pid": 1}', encoding="utf-8")
+    result = invoke("export", run / "merged", "--remove", "0", "--out", tmp_path / "e")
+    assert_error(result, "is the merged/ checkpoint of a heal run whose summary.json is missing")
+    assert not (tmp_path / "e").exists()
+

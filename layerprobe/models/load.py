@@ -155,6 +155,10 @@ def heal_run_problem(path: Path) -> str | None:
         return (f"'{path}' is the merged/ checkpoint of a heal run that has not finished ('{run}' holds its lock and "
                 f"no summary.json, as a killed run leaves it): run the same heal with --resume --out {run} to finish "
                 "it, or pass another model.")
+    if path.name == "merged" and not (run / "summary.json").is_file() and _manifest_command(run) == "heal":
+        return (f"'{path}' is the merged/ checkpoint of a heal run whose summary.json is missing ('{run}' holds the "
+                "run's manifest.json, not its summary): restore that summary.json, or heal again with --overwrite "
+                f"--out {run}; a healed checkpoint its run does not describe is not taken.")
     try:
         summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -165,6 +169,15 @@ def heal_run_problem(path: Path) -> str | None:
         return (f"'{run}' is a heal run written with --no-merged: it has no merged/ checkpoint to load. Heal again "
                 "without --no-merged to write one, or pass the unhealed model.")
     return f"'{path}' is a heal run folder, not a model: pass its healed checkpoint '{run / 'merged'}'."
+
+
+def _manifest_command(run: Path) -> str | None:
+    """The command a finished run's manifest.json names (None: no readable manifest)."""
+    try:
+        data = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data.get("command") if isinstance(data, dict) else None
 
 
 def _locked_by_heal(run: Path) -> bool:
