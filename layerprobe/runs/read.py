@@ -117,8 +117,11 @@ def _floats(table: Any, names: list[str]) -> dict[str, Any]:
 
     kinds = table.dtypes
     numeric = [name for name in names if pd.api.types.is_numeric_dtype(kinds[name])]
-    block = table[numeric].to_numpy(dtype=float, na_value=np.nan) if numeric else np.empty((len(table), 0))
-    floats = {name: block[:, i] for i, name in enumerate(numeric)}
+    if len(numeric) > 8:  # a DataFrame of them, converted at once (a fixed ~1 ms, ~0.1 ms a column one by one)
+        block = table[numeric].to_numpy(dtype=float, na_value=np.nan)
+        floats = {name: block[:, i] for i, name in enumerate(numeric)}
+    else:
+        floats = {name: table[name].to_numpy(dtype=float, na_value=np.nan) for name in numeric}
     for name in names:
         if name not in floats:
             floats[name] = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
