@@ -2,9 +2,9 @@
 
 With torch, pandas, scipy, statsmodels and matplotlib loaded, each full collection walks millions of objects
 (~0.3 s); at the default thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of
-collecting (timed with gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end), 2.2 s in all.
-Garbage with cycles is still collected, later; reference counting frees the rest at once. Left alone where the
-session holds the other tiers' tests too (their models' tensors are not kept waiting for a collection)."""
+collecting (timed with gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end),
+2.2 s in all. Garbage with cycles is still collected, later; reference counting frees the rest at once. Left alone
+where the session holds the other tiers' tests too (their models' tensors are not kept waiting for a collection)."""
 
 from __future__ import annotations
 
