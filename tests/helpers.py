@@ -4,7 +4,9 @@ a CLI error is layerprobe's own one line."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 from pathlib import Path
 
 import math
@@ -22,6 +24,18 @@ from layerprobe.settings import mark_of, walk
 # demo is compared with, and real runs to damage by hand. A copy, so reports/demo can be regenerated on its own;
 # tests/data/README.md says how it was made.
 DEMO_REFERENCE = Path(__file__).resolve().parent / "data" / "demo"
+
+@functools.cache
+def package_nodes() -> tuple[tuple[str, tuple[ast.AST, ...]], ...]:
+    """Every module of the layerprobe package as ('layerprobe/x.py', every node of its syntax tree), parsed once per
+    session for the tests that scan the source (a parse and walk of the whole package per test was most of their
+    time). Read only."""
+    import layerprobe
+
+    package = Path(layerprobe.__file__).parent
+    return tuple((str(path.relative_to(package.parent)), tuple(ast.walk(ast.parse(path.read_text(encoding="utf-8")))))
+                 for path in sorted(package.rglob("*.py")))
+
 
 SPLIT = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk",
          "model.layers.3": "cpu", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}

@@ -286,10 +286,10 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
     inside = values.index.get_level_values("task").isin(_scope(metric, task, groups, tasks))
     tokens = wide.column("tokens")
     beside = {name: wide.column(name) for name in (LOGLIK.get(column), MARGINS.get(column)) if name}
-    out = []
+    out, scoped = [], values.loc[inside]  # the metric's documents, selected once (a .loc per row was most of this)
     for row in rows.itertuples():
         label = str(row.removed)
-        pair = values.loc[inside, [UNPRUNED, label]].dropna() if label in values else None
+        pair = scoped[[UNPRUNED, label]].dropna() if label in values else None
         found = _reproduced(pair, stat, tokens, row, metric) if pair is not None and len(pair) else None
         if found is None:
             out.append(missing)

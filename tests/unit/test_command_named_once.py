@@ -5,21 +5,24 @@ and manifest.json. This scans the package's source, so a name typed again at a c
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import layerprobe
+from tests.helpers import package_nodes
 
 # function -> the position of its `command` argument (the record)
 TAKE_THE_RECORD = {"write_run": 1, "prepare_run_dir": 3, "resolve_settings": 0, "check_resume": 1, "check_owned": 1,
                    "resume_state": 1}
-PACKAGE = Path(layerprobe.__file__).parent
 
 
 def named_again(source: str, where: str) -> list[str]:
     """'file:line what' for each call of TAKE_THE_RECORD given a str literal as an argument (positional or
     `command=`), and each dict literal whose "command" is a str literal (write_run fills it from the record)."""
+    return named_in(ast.walk(ast.parse(source)), where)
+
+
+def named_in(nodes, where: str) -> list[str]:
+    """named_again over the nodes of a syntax tree already walked."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in nodes:
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values):
                 if (isinstance(key, ast.Constant) and key.value == "command" and isinstance(value, ast.Constant)
@@ -39,8 +42,8 @@ def named_again(source: str, where: str) -> list[str]:
 
 def test_no_command_name_is_typed_where_its_record_is_meant():
     found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        found += named_again(path.read_text(encoding="utf-8"), str(path.relative_to(PACKAGE.parent)))
+    for where, nodes in package_nodes():  # every module of the package, parsed once per session (tests/helpers.py)
+        found += named_in(nodes, where)
     assert not found, "a command's name typed again (pass its record, commands.Command):\n" + "\n".join(found)
 
 

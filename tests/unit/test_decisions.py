@@ -280,7 +280,7 @@ def test_too_few_documents_ranks_without_verdicts():
 def test_clustered_change_is_statsmodels_cluster_robust_ols_with_g_minus_1_df():
     """mean(after - before) with subject-clustered errors: statsmodels' OLS on a constant, cov_type 'cluster' (CR1,
     G / (G - 1) with one regressor), t with G - 1 df."""
-    sm = pytest.importorskip("statsmodels.api")
+    from statsmodels.regression import linear_model as sm  # OLS, WLS: statsmodels.api less its other imports
     from layerprobe.metrics.decisions import clustered_mean_change
 
     rng = np.random.default_rng(5)
@@ -346,7 +346,7 @@ def test_below_the_minimum_of_documents_no_change_is_flagged(n):
 def test_weighted_clustered_change_is_statsmodels_cluster_robust_wls():
     """Each subtask weighted alike (a mean of subtask means): statsmodels' WLS on a constant with weights
     w_s / n_s, cov_type 'cluster', t with G - 1 df."""
-    sm = pytest.importorskip("statsmodels.api")
+    from statsmodels.regression import linear_model as sm  # OLS, WLS: statsmodels.api less its other imports
     from layerprobe.metrics.decisions import clustered_mean_change
 
     rng = np.random.default_rng(8)
@@ -391,7 +391,7 @@ def test_cluster_subtask_gives_statsmodels_intervals_and_holm_flags_in_prune_csv
     """--cluster subtask on a group of 12 subtasks: each row's dP, gold loglikelihood and margin intervals are
     statsmodels' cluster-robust OLS of the per-document differences (G - 1 df), the flags Holm by hand over those
     p-values; --cluster none keeps the stratified ones (McNemar's p); 4 subtasks stay stratified, said so."""
-    sm = pytest.importorskip("statsmodels.api")
+    from statsmodels.regression import linear_model as sm  # OLS, WLS: statsmodels.api less its other imports
     from layerprobe.evaluation.records import interval_estimand
 
     records, rows, groups, names, variants = _grouped(12)

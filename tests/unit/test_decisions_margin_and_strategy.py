@@ -119,7 +119,7 @@ def test_the_strategy_test_is_cluster_robust_where_the_runs_intervals_are():
     clustered, each k's p-value is statsmodels' cluster-robust OLS of the per-document differences (CR1, t with
     G - 1 df) and the verdicts are statsmodels' Holm over those; unclustered, McNemar's exact test (scipy's
     binomial test on the discordant pairs), which differs."""
-    sm = pytest.importorskip("statsmodels.api")
+    from statsmodels.regression import linear_model as sm  # OLS, WLS: statsmodels.api less its other imports
     from statsmodels.stats.multitest import multipletests
 
     rng = np.random.default_rng(7)

@@ -7,15 +7,12 @@ on a tiny model.)"""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 import torch
 
-import layerprobe
 from layerprobe.errors import ConfigError
-
-PACKAGE = Path(layerprobe.__file__).parent
+from tests.helpers import package_nodes
 
 
 @pytest.fixture
@@ -35,8 +32,7 @@ def added():
 def test_no_module_of_layerprobe_names_the_added_records():
     """What the additions touch: their records and their own functions, in the dummy package only."""
     names = {"absdiff", "front", "squared"}
-    found = [f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.value!r}" for path in sorted(PACKAGE.rglob("*.py"))
-             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+    found = [f"{where}:{node.lineno} {node.value!r}" for where, nodes in package_nodes() for node in nodes
              if isinstance(node, ast.Constant) and node.value in names]
     assert not found, "\n".join(found)
 

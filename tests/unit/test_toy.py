@@ -69,7 +69,9 @@ def test_toy_blocks_follow_their_formulas(placement):
             h = ln((2 * 3) ** 0.25 * h + f(h))
         else:
             h = h + ln(f(ln(h)))
-        torch.testing.assert_close(states[l + 1], h)
+        got = states[l + 1]  # torch.testing.assert_close's check for float32, without its import of torch.distributed
+        assert got.shape == h.shape and got.dtype == h.dtype  # (and sympy: ~1 s, most of this file's time)
+        assert torch.allclose(got, h, rtol=1.3e-6, atol=1e-5), float((got - h).abs().max())
 
 
 def test_measure_matches_direct_computation():
