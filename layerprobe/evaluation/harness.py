@@ -292,7 +292,7 @@ def _own_tasks_indexed_once() -> Iterator[None]:
     them. Where this lm-eval has no TaskIndex, the plain build."""
     try:
         from layerprobe.internals import TaskIndex
-    except ImportError:  # an lm-eval without it (the floor may predate it): index as lm-eval does
+    except ImportError:  # an lm-eval without it (0.4.12, the floor, and 0.4.13 have it): index as lm-eval does
         TaskIndex = None
     real = vars(TaskIndex).get("build") if TaskIndex is not None else None  # the staticmethod, put back as it was
     if not isinstance(real, staticmethod):
