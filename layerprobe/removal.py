@@ -137,27 +137,24 @@ def read_removal(path: Path) -> dict:
     if not isinstance(record, dict):
         raise RunError(f"'{path}' holds a {type(record).__name__}, not layerprobe's removal record (a JSON object): "
                        "export again.")
-    for key, kinds, what in (("removed", list, "a list of block ids"), ("part", str, "block, attn or mlp"),
-                             ("source_model", str, "the model's name or path")):
-        value = record.get(key)
+    for key in REQUIRED:
         if key not in record:
-            raise RunError(f"'{path}' lacks the key '{key}' ({what}): export again.")
-        if not isinstance(value, kinds) or (key == "removed" and (not value or not all(
-                isinstance(i, int) and not isinstance(i, bool) for i in value))):
-            raise RunError(f"'{path}': '{key}' is {json.dumps(value)[:40]}, not {what}: export again.")
-    if record.get("source_path") is not None and not isinstance(record["source_path"], str):
-        raise RunError(f"'{path}': 'source_path' is not a path: export again.")
-    for key, (kinds, what) in RECORD_TYPES.items():
+            raise RunError(f"'{path}' lacks the key '{key}' ({RECORD_TYPES[key][1]}): export again.")
+    for key, (kinds, what) in RECORD_TYPES.items():  # a key may be null where the record has none, unless required
         value = record.get(key)
-        if key in record and value is not None and (not isinstance(value, kinds) or isinstance(value, bool) or (
-                key in ("kept", "zeroed_parameters", "formats", "files") and not all(
-                    isinstance(i, ITEM[key]) and not isinstance(i, bool) for i in value))):
+        if value is None and key not in REQUIRED:
+            continue
+        if not isinstance(value, kinds) or isinstance(value, bool) or (key == "removed" and not value) or (
+                key in ITEM and not all(isinstance(i, ITEM[key]) and not isinstance(i, bool) for i in value)):
             raise RunError(f"'{path}': '{key}' is {json.dumps(value)[:40]}, not {what}: export again.")
     return record
 
 
-RECORD_TYPES = {  # the other keys of layerprobe-removal.json (removal_record, lineage, heal's healing), by type;
-    # each may be null where the record has none (a later version's key is not checked)
+REQUIRED = ("removed", "part", "source_model")  # the keys heal reads
+RECORD_TYPES = {  # every key of layerprobe-removal.json (removal_record, lineage, heal's healing), by type (a later
+    # version's key is not checked)
+    "removed": (list, "a list of block ids"), "part": (str, "block, attn or mlp"),
+    "source_model": (str, "the model's name or path"), "source_path": (str, "a path"),
     "kept": (list, "a list of block ids"), "num_layers_original": (int, "a whole number of blocks"),
     "num_layers_exported": (int, "a whole number of blocks"), "removed_label": (str, "the removed blocks' label"),
     "architecture": (str, "a model class name"), "layers_path": (str, "the blocks' module path"),
@@ -168,7 +165,7 @@ RECORD_TYPES = {  # the other keys of layerprobe-removal.json (removal_record, l
     "files": (list, "a list of file names"), "healing": (dict, "heal's record (an object)"),
     "source_removal": (dict, "the source's removal (an object)"), "original": (dict, "the original's removal (an object)"),
 }
-ITEM = {"kept": int, "zeroed_parameters": str, "formats": str, "files": str}
+ITEM = {"removed": int, "kept": int, "zeroed_parameters": str, "formats": str, "files": str}
 
 
 def check_record_ids(record: dict, path: Path, num_layers: int) -> list[int]:

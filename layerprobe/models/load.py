@@ -149,16 +149,10 @@ def locate(spec: str, gguf_file: str | None = None) -> tuple[str, Path | None]:
 
 def heal_run_problem(path: Path) -> str | None:
     """Where MODEL is a `layerprobe heal` run folder, or its merged/ of a --no-merged run: what to pass instead (the
-    run's summary.json says; runs/ is not imported here, below it), else None."""
+    run's summary.json says; runs.folder's lock and record only where that is missing), else None."""
     run = path.parent if path.name == "merged" else path
-    if path.name == "merged" and not (run / "summary.json").is_file() and _locked_by_heal(run):
-        return (f"'{path}' is the merged/ checkpoint of a heal run that has not finished ('{run}' holds its lock and "
-                f"no summary.json, as a killed run leaves it): run the same heal with --resume --out {run} to finish "
-                "it, or pass another model.")
-    if path.name == "merged" and not (run / "summary.json").is_file() and _manifest_command(run) == "heal":
-        return (f"'{path}' is the merged/ checkpoint of a heal run whose summary.json is missing ('{run}' holds the "
-                "run's manifest.json, not its summary): restore that summary.json, or heal again with --overwrite "
-                f"--out {run}; a healed checkpoint its run does not describe is not taken.")
+    if path.name == "merged" and not (run / "summary.json").is_file():
+        return _merged_without_summary(path, run)
     try:
         summary = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -171,13 +165,20 @@ def heal_run_problem(path: Path) -> str | None:
     return f"'{path}' is a heal run folder, not a model: pass its healed checkpoint '{run / 'merged'}'."
 
 
-def _manifest_command(run: Path) -> str | None:
-    """The command a finished run's manifest.json names (None: no readable manifest)."""
-    try:
-        data = json.loads((run / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data.get("command") if isinstance(data, dict) else None
+def _merged_without_summary(path: Path, run: Path) -> str | None:
+    """A merged/ beside no summary.json: of a heal run that never finished (its lock names heal), or of one whose
+    summary is gone (its record, runs.folder.written_by, names heal); None where `run` is no heal run."""
+    from layerprobe.runs.folder import written_by
+
+    if _locked_by_heal(run):
+        return (f"'{path}' is the merged/ checkpoint of a heal run that has not finished ('{run}' holds its lock and "
+                f"no summary.json, as a killed run leaves it): run the same heal with --resume --out {run} to finish "
+                "it, or pass another model.")
+    if written_by(run)[0] == "heal":
+        return (f"'{path}' is the merged/ checkpoint of a heal run whose summary.json is missing ('{run}' holds the "
+                "run's manifest.json, not its summary): restore that summary.json, or heal again with --overwrite "
+                f"--out {run}; a healed checkpoint its run does not describe is not taken.")
+    return None
 
 
 def _locked_by_heal(run: Path) -> bool:

@@ -82,8 +82,10 @@ def read_table(csv: Path, finite: bool = True, dtype: dict | None = None) -> Any
 
 
 def _first_row(mask: Any) -> int:
-    """The 1-based data row (the header not counted) of the first True in `mask`."""
-    return int(mask.to_numpy().nonzero()[0][0]) + 1
+    """The 1-based data row (the header not counted) of the first True in `mask` (a pandas Series or numpy array)."""
+    import numpy as np
+
+    return int(np.asarray(mask).nonzero()[0][0]) + 1
 
 
 NAN_WORDS = ("nan", "-nan", "+nan", "na", "n/a", "null", "none", "<na>", "#n/a")  # a NaN written out: never by
@@ -109,23 +111,15 @@ def check_numbers(csv: Path, table: Any, columns: Any) -> None:
 
 
 def _floats(table: Any, names: list[str]) -> dict[str, Any]:
-    """Each of the table's columns `names` as a float array (NaN where empty), the numeric ones converted together:
-    every table read back passes here, most of a few rows, where a Series made per column was most of the read.
-    Text in a column (check_numbers refused it in a number column) is NaN."""
+    """Each of the table's columns `names` as a float array (NaN where empty): every table read back passes here, most
+    of a few rows, where Series arithmetic per column was most of the read. Text in a column (check_numbers refused
+    it in a number column) is NaN."""
     import numpy as np
     import pandas as pd
 
     kinds = table.dtypes
-    numeric = [name for name in names if pd.api.types.is_numeric_dtype(kinds[name])]
-    if len(numeric) > 8:  # a DataFrame of them, converted at once (a fixed ~1 ms, ~0.1 ms a column one by one)
-        block = table[numeric].to_numpy(dtype=float, na_value=np.nan)
-        floats = {name: block[:, i] for i, name in enumerate(numeric)}
-    else:
-        floats = {name: table[name].to_numpy(dtype=float, na_value=np.nan) for name in numeric}
-    for name in names:
-        if name not in floats:
-            floats[name] = pd.to_numeric(table[name], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    return floats
+    return {name: (table[name] if pd.api.types.is_numeric_dtype(kinds[name]) else pd.to_numeric(
+        table[name], errors="coerce")).to_numpy(dtype=float, na_value=np.nan) for name in names}
 
 
 def check_finite(csv: Path, table: Any, columns: Any) -> None:
@@ -145,7 +139,7 @@ def check_finite(csv: Path, table: Any, columns: Any) -> None:
         gaps = isinstance(column, str) or column.optional or column.gaps
         bad = np.isinf(values) | (empty & (not gaps))
         if bad.any():
-            row = int(bad.nonzero()[0][0]) + 1
+            row = _first_row(bad)
             shown = (f"empty (or NaN), where a number measured in every row ({column.meaning[:60]})"
                      if empty[row - 1] else f"'{table[name].iloc[row - 1]}', where a finite number")
             raise RunError(f"'{csv}' row {row}, column {name}: {shown} belongs: re-run the command, or restore "
@@ -168,7 +162,7 @@ def check_whole(csv: Path, table: Any, columns: Any) -> None:
             bad = (~empty & (~np.isfinite(values) | (values != np.round(values)) | (values < 0))) \
                 | (empty & (not column.optional))
         if bad.any():
-            row = int(bad.nonzero()[0][0]) + 1
+            row = _first_row(bad)
             shown = "empty (or NaN)" if empty[row - 1] else f"'{table[column.name].iloc[row - 1]}'"
             raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where a whole number >= 0 ({column.meaning}) "
                            "belongs: re-run the command, or restore the file.")
@@ -187,7 +181,7 @@ def check_words(csv: Path, table: Any, columns: Any) -> None:
         empty = pd.isna(values)
         bad = (~empty & ~np.isin(values.astype(str), list(column.words))) | (empty & (not column.optional))
         if bad.any():
-            row = int(bad.nonzero()[0][0]) + 1
+            row = _first_row(bad)
             shown = "empty (or NaN)" if empty[row - 1] else repr(str(values[row - 1])[:30])
             raise RunError(f"'{csv}' row {row}, column {column.name}: {shown}, where {' or '.join(column.words)} "
                            "belongs: re-run the command, or restore the file.")
