@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -120,15 +121,22 @@ def test_bad_positions_and_dtype(model_dirs, corpus_file):
     assert_clean_error(run("angular", str(model_dirs["gpt2"]), "--dataset", str(corpus_file), "--dtype", "int3"), "dtype")
 
 
-def test_help_does_not_import_heavy_modules():
+def test_help_does_not_import_heavy_modules(tmp_path):
+    """--help loads none of the model stack, and neither do the readers: compare and report of a committed prune run
+    (each such CLI call paid ~2 s for torch, which they never use)."""
     import subprocess
     import sys
 
+    committed = Path(__file__).resolve().parents[1] / "reports" / "demo" / "prune-drift"  # its reader: prune's
+    run_folder = shutil.copytree(committed, tmp_path / "prune-drift")
     code = ("import sys; from layerprobe.cli import app; from typer.testing import CliRunner; "
             "CliRunner().invoke(app, ['--help']); CliRunner().invoke(app, ['angular', '--help']); "
-            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'lm_eval') if m in sys.modules))")
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'lm_eval') if m in sys.modules)); "
+            f"said = [CliRunner().invoke(app, args).exit_code for args in "
+            f"(['compare', {str(run_folder)!r}, {str(run_folder)!r}], ['report', {str(run_folder)!r}])]; "
+            "print(said, sorted(m for m in ('torch', 'transformers', 'datasets', 'lm_eval') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert out.strip().splitlines() == ["[]", "[0, 0] []"]
 
 
 FAULTS = """

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def effective_rank(h: torch.Tensor) -> float:
     """exp(entropy) of the normalized singular values of the centered point cloud h: (samples, width)."""
+    import torch  # here: the readers (compare, report) import this module for its statistics and load no torch
+
     centered = h.double() - h.double().mean(0, keepdim=True)
     if centered.shape[0] > 4 * centered.shape[1]:  # many samples: the (width x width) Gram's eigenvalues are faster
         eig = torch.linalg.eigvalsh(centered.T @ centered)
