@@ -11,11 +11,32 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
+
 UNIT = Path(__file__).resolve().parent
 
 
-def pytest_configure(config):
+def _unit_tier_alone(config) -> bool:
     start = Path(config.invocation_params.dir)
     paths = [(start / str(arg).split("::")[0]).resolve() for arg in config.args]
-    if paths and all(path.is_relative_to(UNIT) for path in paths):
+    return bool(paths) and all(path.is_relative_to(UNIT) for path in paths)
+
+
+def pytest_configure(config):
+    if _unit_tier_alone(config):
         gc.set_threshold(50_000, 50, 50)
+
+
+def pytest_collection_finish(session):
+    """Everything imported by now (the modules, their tables) lives to the end: frozen, so each later full collection,
+    and pytest's own five at the end of the session, walks only what the tests make."""
+    if _unit_tier_alone(session.config):
+        gc.freeze()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """After pytest's own last collections (which report what a destructor raised): the rest frozen too, so the
+    interpreter's exit walks no heap (~1 s after torch, pandas and scipy are loaded)."""
+    if _unit_tier_alone(config):
+        gc.freeze()
