@@ -319,7 +319,7 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
     tokens = _Rows(tokens, values, inside) if tokens is not None else None
     beside = [_Rows(wide.column(name), values, inside) if name and wide.column(name) is not None else None
               for name in (LOGLIK.get(column), MARGINS.get(column))]
-    every = values.index.get_level_values("task").to_numpy()[inside]
+    every = values.index.get_level_values("task").to_numpy()[inside].astype(str)  # fixed-width: np.unique sorts fast
     known = scoped.known(UNPRUNED)
     out = []
     for row in rows.itertuples():
