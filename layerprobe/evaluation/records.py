@@ -281,6 +281,10 @@ class _Rows:
         if not table.index.equals(values.index):  # every column of a Wide shares one index
             table = table.reindex(values.index)
         self.table, self.arrays = table.loc[inside], {}
+        dtypes = set(self.table.dtypes)
+        if len(dtypes) == 1 and isinstance(dtypes.pop(), np.dtype):  # one numpy dtype: every variant in one take
+            block = self.table.to_numpy()
+            self.arrays = {label: block[:, i] for i, label in enumerate(self.table.columns)}
 
     def __contains__(self, label: str) -> bool:
         return label in self.table

@@ -88,7 +88,8 @@ def _correct(records: Any, metric: str) -> dict[str, tuple[int, int]]:
     values = wide.column(statistic(metric)[0]) if wide is not None else None
     if values is None or not np.isin(values.stack().to_numpy(dtype=float), (0.0, 1.0)).all():
         return {}
-    return {str(label): (int(values[label].sum()), int(values[label].notna().sum())) for label in values.columns
+    right, scored = values.sum(), values.notna().sum()  # every column at once (0/1 values: exact sums)
+    return {str(label): (int(right[label]), int(scored[label])) for label in values.columns
             if not str(label).endswith(" healed")}
 
 
