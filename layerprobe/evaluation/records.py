@@ -272,6 +272,40 @@ def _weightings(strata: np.ndarray, stat: Statistic) -> list[Statistic]:
     return [stat, dataclasses.replace(stat, weights={s: 1 / len(labels) for s in labels})]
 
 
+class _Rows:
+    """One column's table of a Wide (values, tokens, the gold loglikelihood, the margin) at a metric's documents,
+    each variant's values taken out of pandas once and picked by row position (a pandas selection per row was
+    most of the time)."""
+
+    def __init__(self, table: Any, values: Any, inside: np.ndarray) -> None:
+        if not table.index.equals(values.index):  # every column of a Wide shares one index
+            table = table.reindex(values.index)
+        self.table, self.arrays = table.loc[inside], {}
+        dtypes = set(self.table.dtypes)
+        if len(dtypes) == 1 and isinstance(dtypes.pop(), np.dtype):  # one numpy dtype: every variant in one take
+            block = self.table.to_numpy()
+            self.arrays = {label: block[:, i] for i, label in enumerate(self.table.columns)}
+
+    def __contains__(self, label: str) -> bool:
+        return label in self.table
+
+    def _array(self, label: str) -> Any:
+        if label not in self.arrays:
+            column = self.table[label]  # a numpy dtype as numpy; a nullable one (Int64) as its pandas array
+            self.arrays[label] = column.to_numpy() if isinstance(column.dtype, np.dtype) else column.array
+        return self.arrays[label]
+
+    def known(self, label: str) -> np.ndarray:
+        import pandas as pd
+
+        return ~np.asarray(pd.isna(self._array(label)))
+
+    def pick(self, labels: tuple[str, str], rows: np.ndarray) -> list[np.ndarray]:
+        """The variants' values at row positions, in the column's own dtype (as a pandas selection gives them)."""
+        picked = [self._array(label)[rows] for label in labels]
+        return [v if isinstance(v, np.ndarray) else v.to_numpy() for v in picked]
+
+
 def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict,
                      cluster: bool = False) -> list[tuple[Interval, Interval, Interval]]:
     """(dP's interval, the gold loglikelihood change's, the margin change's) for each row of one metric (missing
@@ -284,51 +318,57 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
         return [missing] * len(rows)
     tasks = sorted(set(values.index.get_level_values("task")))
     inside = values.index.get_level_values("task").isin(_scope(metric, task, groups, tasks))
-    tokens = wide.column("tokens")
-    beside = {name: wide.column(name) for name in (LOGLIK.get(column), MARGINS.get(column)) if name}
-    out, scoped = [], values.loc[inside]  # the metric's documents, selected once (a .loc per row was most of this)
+    scoped = _Rows(values, values, inside)  # the metric's documents, selected once
+    tokens = wide.column("tokens") if stat.kind != "mean" else None  # a ratio's counts
+    tokens = _Rows(tokens, values, inside) if tokens is not None else None
+    beside = [_Rows(wide.column(name), values, inside) if name and wide.column(name) is not None else None
+              for name in (LOGLIK.get(column), MARGINS.get(column))]
+    every = values.index.get_level_values("task").to_numpy()[inside].astype(str)  # fixed-width: np.unique sorts fast
+    known = scoped.known(UNPRUNED)
+    out = []
     for row in rows.itertuples():
-        label = str(row.removed)
-        pair = scoped[[UNPRUNED, label]].dropna() if label in values else None
-        found = _reproduced(pair, stat, tokens, row, metric) if pair is not None and len(pair) else None
+        pair = (UNPRUNED, str(row.removed))
+        at = np.flatnonzero(known & scoped.known(pair[1])) if pair[1] in scoped else np.empty(0, dtype=int)
+        strata = every[at]
+        scores = scoped.pick(pair, at)
+        counts = tokens.pick(pair, at) if tokens is not None else None
+        found = _reproduced(strata, scores, counts, stat, row) if len(at) else None
         if found is None:
             out.append(missing)
             continue
         interval, candidate = found
-        strata = pair.index.get_level_values("task").to_numpy()
         clustered = cluster and candidate.kind == "mean" and len(np.unique(strata)) >= MIN_CLUSTERS
         if clustered:
-            interval = _clustered(interval, candidate, strata, pair[UNPRUNED], pair[label])
+            interval = _clustered(interval, candidate, strata, *scores)
         changes = []
-        for name in (LOGLIK.get(column), MARGINS.get(column)):
-            other = beside.get(name) if name else None
-            lls = other.loc[pair.index, [UNPRUNED, label]].dropna() if other is not None and label in other else None
-            if lls is None or len(lls) != len(pair):
+        for other in beside:
+            lls = other.pick(pair, at) if other is not None and pair[1] in other else None
+            if lls is None or any(np.isnan(np.asarray(v, dtype=float)).any() for v in lls):
                 changes.append(Interval.missing())
                 continue
-            change = contrast(candidate, strata, [lls[UNPRUNED].to_numpy(), lls[label].to_numpy()], [-1.0, 1.0])
-            changes.append(_clustered(change, candidate, strata, lls[UNPRUNED], lls[label]) if clustered else change)
+            change = contrast(candidate, strata, lls, [-1.0, 1.0])
+            changes.append(_clustered(change, candidate, strata, *lls) if clustered else change)
         out.append((interval, *changes))
     return out
 
 
-def _reproduced(pair: Any, stat: Statistic, tokens: Any, row: Any, metric: str) -> tuple[Interval, Statistic] | None:
-    """The paired interval of a row's dP under the weighting of the subtasks that reproduces its two scores (None
-    where none does): McNemar's exact p for 0/1 scores over every document alike, bounded to the metric's range."""
-    label = str(row.removed)
-    strata = pair.index.get_level_values("task").to_numpy()
-    counts = None if tokens is None or stat.kind == "mean" else tokens.loc[pair.index, [UNPRUNED, label]]
+def _reproduced(strata: np.ndarray, pair: list, counts: list | None, stat: Statistic,
+                row: Any) -> tuple[Interval, Statistic] | None:
+    """The paired interval of a row's dP (pair: the unpruned model's and the variant's values on the documents
+    both have, counts their tokens for a ratio) under the weighting of the subtasks that reproduces its two scores
+    (None where none does): McNemar's exact p for 0/1 scores over every document alike, bounded to the metric's
+    range."""
     for candidate in _weightings(strata, stat):
-        args = [candidate, strata, [pair[UNPRUNED].to_numpy(), pair[label].to_numpy()], [-1.0, 1.0]]
+        args = [candidate, strata, pair, [-1.0, 1.0]]
         if counts is not None:
-            args.append([counts[UNPRUNED].to_numpy(), counts[label].to_numpy()])
-        base, pruned = (score(candidate, strata, args[2][k], None if counts is None else args[4][k]) for k in (0, 1))
+            args.append(counts)
+        base, pruned = (score(candidate, strata, pair[k], None if counts is None else counts[k]) for k in (0, 1))
         if _close(base, float(row.baseline)) and _close(pruned, float(row.pruned)):
             interval = contrast(*args)
-            exact = mcnemar(*args[2]) if candidate.weights is None and len(pair) > 1 else None
+            exact = mcnemar(*pair) if candidate.weights is None and len(strata) > 1 else None
             if exact is not None:  # 0/1 scores: McNemar's exact test decides, not the t approximation
                 interval = dataclasses.replace(interval, p=exact)
-            return bounded(interval, *args[2], zero_one=exact is not None), candidate
+            return bounded(interval, *pair, zero_one=exact is not None), candidate
     return None
 
 
@@ -364,7 +404,7 @@ def bounded(interval: Interval, before: np.ndarray, after: np.ndarray, zero_one:
     return interval
 
 
-def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dict | None = None,
+def add_intervals(table: Any, records: Any, task: str, groups: dict | None = None,
                   main: str | None = None, family: str = "main", cluster: str = "none") -> Any:
     """prune.csv (or scores.csv) with the paired interval columns: per metric, each variant's dP with its standard
     error, 95% interval and p-value from the records, and for accuracies of multiple choice the gold answer's
@@ -375,44 +415,48 @@ def add_intervals(table: Any, records: list[dict] | None, task: str, groups: dic
     the variants of the main metric only (`significant` and `loglik_significant` are its verdicts; every other row is
     exploratory: intervals, no flag, `family` 0); `all`, every row of the file with an interval in one family.
     `family` is the number of tests of the row's family. Without records (or where they cannot reproduce a score)
-    the columns are empty. main None: the table's first metric."""
+    the columns are empty. main None: the table's first metric. records: the rows (list of dicts), or a Wide of
+    them already built (prune_decisions builds one for every decision)."""
     import pandas as pd
 
     if family not in FAMILIES:
         raise ValueError(f"family {family!r}: use one of {', '.join(FAMILIES)}")
     if cluster not in CLUSTERS:
         raise ValueError(f"cluster {cluster!r}: use one of {', '.join(CLUSTERS)}")
-    table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table]).copy()
-    for column in INTERVAL_COLUMNS:
-        table[column] = False if column in FLAGS else 0 if column == "family" else math.nan
-    if not records:
-        return table
+    table = table.drop(columns=[c for c in INTERVAL_COLUMNS if c in table])
+    columns = {c: np.full(len(table), False) if c in FLAGS else np.zeros(len(table), dtype=int) if c == "family"
+               else np.full(len(table), math.nan) for c in INTERVAL_COLUMNS}  # empty: no records, no interval
+    if records:
+        _fill(columns, table, records, task, groups or {}, main, family, cluster)
+    return pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1)  # one join, not a column at a time
+
+
+def _fill(columns: dict[str, np.ndarray], table: Any, records: Any, task: str, groups: dict, main: str | None,
+          family: str, cluster: str) -> None:
+    """add_intervals' columns (one entry per row of `table`, in its order) from the records, in place."""
     main = main if main is not None else (str(table["metric"].iloc[0]) if len(table) else None)
-    wide = Wide(frame(records))
+    wide = records if isinstance(records, Wide) else Wide(frame(records))
     found: dict = {}
+    tested = []
     for metric, rows in table.groupby("metric", sort=False):
-        found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups or {},
-                                                              cluster == "subtask")))
-    tested = [index for index in found if family == "all" or table.loc[index, "metric"] == main]
+        found |= dict(zip(rows.index, metric_intervals(wide, str(metric), rows, task, groups, cluster == "subtask")))
+        tested += [index for index in rows.index if family == "all" or metric == main]
     if main is not None and documents(wide, main) < MIN_DOCUMENTS:
         tested = []  # too few documents to test: intervals for the ranking, no Holm verdict (family 0)
     verdicts = [dict(zip(tested, corrected([found[index][k] for index in tested]))) for k in (0, 1, 2)]
     size = sum(1 for index in tested if found[index][0].p == found[index][0].p)
     numbers = [c for c in INTERVAL_COLUMNS if c not in FLAGS and c != "family"]  # dP's, the loglikelihood's, the margin's
     filled: dict[str, list] = {column: [] for column in (*numbers, *FLAGS, "family")}
-    for index, (dp, ll, margin) in found.items():  # a column at a time below: a .loc per row and column was slow
+    for index, (dp, ll, margin) in found.items():
         for column, value in zip(numbers, (dp.stderr, dp.lo, dp.hi, dp.p, ll.delta, ll.lo, ll.hi, ll.p,
                                            margin.delta, margin.lo, margin.hi, margin.p), strict=True):
             filled[column].append(value)
         for column, flags in zip(FLAGS, verdicts):
             filled[column].append(flags.get(index, False))
         filled["family"].append(size if index in verdicts[0] and dp.p == dp.p else 0)
+    at = table.index.get_indexer(list(found))  # the rows' positions (found is keyed by the table's own index)
     for column, values in filled.items() if found else ():
-        table.loc[list(found), column] = values
-    for column in FLAGS:
-        table[column] = table[column].astype(bool)
-    table["family"] = table["family"].astype(int)
-    return pd.DataFrame(table)
+        columns[column][at] = values
 
 
 def documents(wide: Wide, metric: str) -> int:
@@ -427,7 +471,7 @@ def interval_estimand(records: Any, metric: str, task: str, groups: dict | None,
     per document (one task); None without records or for a score that is not a mean (ppl, kl, drift: sequences)."""
     if not records:
         return None
-    wide = Wide(records if hasattr(records, "columns") else frame(records))
+    wide = records if isinstance(records, Wide) else Wide(records if hasattr(records, "columns") else frame(records))
     column, stat = statistic(metric)
     values = wide.column(column)
     if values is None or UNPRUNED not in values or stat.kind != "mean":

@@ -133,8 +133,8 @@ def test_the_spearman_difference_is_the_hand_loop_over_resampled_layers():
     cost = rng.normal(size=20)
     a = cost + rng.normal(0, 0.5, 20)
     b = cost + rng.normal(0, 1.5, 20)
-    found = spearman_difference(a, b, cost, resamples=300, seed=11)
-    rows = np.random.default_rng(11).integers(0, 20, size=(300, 20))
+    found = spearman_difference(a, b, cost, resamples=100, seed=11)  # 100 resamples: the same seed-for-seed check
+    rows = np.random.default_rng(11).integers(0, 20, size=(100, 20))
     draws = []
     for r in rows:
         x, y = stats.spearmanr(a[r], cost[r])[0], stats.spearmanr(b[r], cost[r])[0]
@@ -237,10 +237,17 @@ def _prune_run(acc_base: list, acc_pruned: dict, signals: dict | None = None) ->
     s = {"model": "m", "task": "arc_easy", "metric": "acc", "higher_is_better": True, "block": 1,
          "baseline": float(np.mean(acc_base)), "records": "samples.csv.gz",
          **prune_decisions(table, records, "arc_easy", "acc")}
-    if signals:
-        cost = -table["delta"].to_numpy()
-        s |= {"spearman_delta": {k: -stats.spearmanr(v, cost)[0] for k, v in signals.items()},
-              "signal_test": signal_test(signals, cost)}
+    run = Run(Path("."), "prune", s, {}, {"prune": table})
+    return _with_signals(run, signals) if signals else run
+
+
+def _with_signals(run: Run, signals: dict) -> Run:
+    """The run with its cheap signals' Spearman correlations with the cost and their signal_test (its table and
+    decisions as they were: one records table serves several signal sets)."""
+    table = run.tables["prune"]
+    cost = -table["delta"].to_numpy()
+    s = {**run.summary, "spearman_delta": {k: -stats.spearmanr(v, cost)[0] for k, v in signals.items()},
+         "signal_test": signal_test(signals, cost)}
     return Run(Path("."), "prune", s, {}, {"prune": table})
 
 
@@ -261,11 +268,12 @@ def test_the_signal_to_trust_is_named_only_where_the_bootstrap_separates_it():
     losses = list(range(0, 60, 2))  # 30 layers, each losing more questions
     pruned = {layer: _flip(base, lost, 0) for layer, lost in enumerate(losses)}
     cost = np.array(losses, dtype=float)
+    run = _prune_run(base, pruned)  # the same removals under both signal sets
     close = {"angular": cost + rng.normal(0, 3, 30), "block_influence": cost + rng.normal(0, 3, 30)}
-    text = " ".join(prune_findings(_prune_run(base, pruned, close)))
+    text = " ".join(prune_findings(_with_signals(run, close)))
     assert "the signals agree" in text and "the one to trust" not in text
     apart = {"angular": cost + rng.normal(0, 1, 30), "block_influence": rng.normal(0, 1, 30) + 0.3 * cost}
-    text = " ".join(prune_findings(_prune_run(base, pruned, apart)))
+    text = " ".join(prune_findings(_with_signals(run, apart)))
     assert "the one to trust for this model is d(l, 1)" in text and "bootstrap over the 30 layers" in text
 
 
@@ -436,10 +444,11 @@ def test_cluster_subtask_gives_statsmodels_intervals_and_holm_flags_in_prune_csv
 
 def test_the_findings_name_the_estimand_in_words():
     records, rows, groups, _, _ = _grouped(12)
+    none = add_intervals(rows, records, "g", groups, "acc", cluster="none")  # --cluster none's flags, for both
     for cluster, words in (("subtask", "cluster-robust by subtask (CR1, Student's t with 11 df over the 12 "
                                        "subtasks, --cluster subtask"),
                            ("none", "treat the 12 subtasks as fixed strata")):
-        table = add_intervals(rows, records, "g", groups, "acc", cluster=cluster)
+        table = add_intervals(rows, records, "g", groups, "acc", cluster=cluster) if cluster != "none" else none
         s = {"model": "m", "task": "g", "metric": "acc", "higher_is_better": True, "block": 1,
              "baseline": float(table["baseline"].iloc[0]), "records": "samples.csv.gz",
              **prune_decisions(table, records, "g", "acc", "main", cluster, groups)}
@@ -448,7 +457,6 @@ def test_the_findings_name_the_estimand_in_words():
         assert words in text, text
         clustered = s["clustered"]["acc"]
         # the comparison beside: the stratified verdicts are --cluster none's flags whichever prune.csv carries
-        none = add_intervals(rows, records, "g", groups, "acc", cluster="none")
         assert clustered["stratified_measurable"] == [str(r) for r in none.loc[none["significant"], "removed"]]
 
 

@@ -29,8 +29,11 @@ POINT_RULE = "exploratory: the point estimate within the tolerance, no error con
 
 
 def _wide(records: Any) -> Any:
+    """The records by column (evaluation/records.py Wide), built once per run's decisions and passed on as it is."""
     from layerprobe.evaluation import records as records_file
 
+    if isinstance(records, records_file.Wide):
+        return records
     if records is None or (hasattr(records, "empty") and records.empty) or (isinstance(records, list) and not records):
         return None
     return records_file.Wide(records if hasattr(records, "columns") else records_file.frame(records))
@@ -85,7 +88,8 @@ def _correct(records: Any, metric: str) -> dict[str, tuple[int, int]]:
     values = wide.column(statistic(metric)[0]) if wide is not None else None
     if values is None or not np.isin(values.stack().to_numpy(dtype=float), (0.0, 1.0)).all():
         return {}
-    return {str(label): (int(values[label].sum()), int(values[label].notna().sum())) for label in values.columns
+    right, scored = values.sum(), values.notna().sum()  # every column at once (0/1 values: exact sums)
+    return {str(label): (int(right[label]), int(scored[label])) for label in values.columns
             if not str(label).endswith(" healed")}
 
 
@@ -122,6 +126,7 @@ def prune_decisions(table: Any, records: Any, task: str, metric: str, family: st
     is clustered."""
     from layerprobe.evaluation.records import add_intervals, interval_estimand
 
+    records = _wide(records)  # one records table for every decision below
     n = documents(records, metric)
     fam = family_of(table, metric, family)
     estimand = interval_estimand(records, metric, task, groups, cluster)
@@ -297,6 +302,7 @@ def curve_decisions(table: Any, records: Any, task: str, metric: str, higher: bo
     MIN_DOCUMENTS documents no k is judged: `table`'s `within` is set False in place (one probe sequence has no
     interval at all; two have one with 1 degree of freedom), and no strategy is tested (strategy_test null).
     estimand: the run's interval_estimand (records.py); where it is clustered by subtask, the strategy test is too."""
+    records = _wide(records)  # one records table for every decision below
     n = documents(records, metric)
     if keep_by == "bound" and n < MIN_DOCUMENTS:
         table["within"] = False
