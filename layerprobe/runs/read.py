@@ -97,17 +97,26 @@ def check_numbers(csv: Path, table: Any, columns: Any) -> None:
     written-out NaN said so)."""
     import pandas as pd
 
-    numeric = {name for name, dtype in table.dtypes.items() if pd.api.types.is_numeric_dtype(dtype)}  # no Series
+    numeric = {name for name, dtype in zip(table.columns.tolist(), table.dtypes.tolist()) if _numeric(dtype)}
     for column in columns:  # made per column where every column is numeric (as most tables read back are)
         if column in table.columns and column not in numeric:
-            values = table[column]
-            bad = values.notna() & pd.to_numeric(values, errors="coerce").isna()
+            values = table[column].to_numpy()  # (rows,) text, NaN where empty: no Series arithmetic
+            bad = ~pd.isna(values) & pd.isna(pd.to_numeric(values, errors="coerce"))
             row = _first_row(bad) if bad.any() else 1
-            shown = str(values.iloc[row - 1])
+            shown = str(values[row - 1])
             what = ("a NaN, where a finite number belongs (layerprobe leaves a number it did not measure empty)"
                     if shown.strip().lower() in NAN_WORDS else "not a number")
             raise RunError(f"'{csv}' row {row}, column {column}: {shown[:30]!r} is {what}: re-run the command, or "
                            "restore the file.")
+
+
+def _numeric(dtype: Any) -> bool:
+    """pandas' is_numeric_dtype (a bool counts), answered for a numpy dtype by its kind: asking pandas cost more than
+    the rest of a small table's check."""
+    import numpy as np
+    import pandas as pd
+
+    return dtype.kind in "biufc" if isinstance(dtype, np.dtype) else pd.api.types.is_numeric_dtype(dtype)
 
 
 def _floats(table: Any, names: list[str]) -> dict[str, Any]:
@@ -117,9 +126,15 @@ def _floats(table: Any, names: list[str]) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
-    kinds = table.dtypes
-    return {name: (table[name] if pd.api.types.is_numeric_dtype(kinds[name]) else pd.to_numeric(
-        table[name], errors="coerce")).to_numpy(dtype=float, na_value=np.nan) for name in names}
+    floats = {}
+    for name in names:
+        values = table[name]
+        if isinstance(values.dtype, np.dtype) and values.dtype.kind in "biuf":  # a plain numpy column: NaN stays NaN
+            floats[name] = values.to_numpy().astype(float)
+        else:
+            floats[name] = (values if _numeric(values.dtype) else pd.to_numeric(values, errors="coerce")).to_numpy(
+                dtype=float, na_value=np.nan)
+    return floats
 
 
 def check_finite(csv: Path, table: Any, columns: Any) -> None:
@@ -178,8 +193,12 @@ def check_words(csv: Path, table: Any, columns: Any) -> None:
         if column.name not in table.columns:
             continue
         values = table[column.name].to_numpy()
-        empty = pd.isna(values)
-        bad = (~empty & ~np.isin(values.astype(str), list(column.words))) | (empty & (not column.optional))
+        if values.dtype == bool:  # read from True/False (a flag, as pandas writes one): never empty, each cell a word
+            bad = np.where(values, "True" not in column.words, "False" not in column.words)
+            empty = np.zeros(len(values), dtype=bool)
+        else:
+            empty = pd.isna(values)
+            bad = (~empty & ~np.isin(values.astype(str), list(column.words))) | (empty & (not column.optional))
         if bad.any():
             row = _first_row(bad)
             shown = "empty (or NaN)" if empty[row - 1] else repr(str(values[row - 1])[:30])
@@ -205,9 +224,6 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
                if c not in table.columns]
     if missing:  # a row key or an always-measured number: what readers index by
         raise RunError(f"'{csv}' lacks the column '{missing[0]}': re-run the command, or restore the file.")
-    import numpy as np
-    import pandas as pd
-
     check_numbers(csv, table, _columns(csv.name, "number"))
     declared = TABLES[csv.name].columns if csv.name in TABLES else ()
     check_whole(csv, table, [c for c in declared if c.whole])
@@ -215,18 +231,36 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
         check_finite(csv, table, declared)
     check_words(csv, table, [c for c in declared if c.words])
     keys = [k for k in _columns(csv.name, "key") if k in table.columns]
-    if keys and table.duplicated(subset=keys).any():
+    if keys and _repeats(table, keys):
         twice = table.duplicated(subset=keys)
         row = table[twice].iloc[0]
         where = ", ".join(f"{k}={row[k]}" for k in keys)
         raise RunError(f"'{csv}' row {_first_row(twice)} repeats the row ({where}) (columns {', '.join(keys)}): "
                        "re-run the command, or restore the file.")
     for column in _columns(csv.name, "always") if finite else ():
-        values = table[column] if column in table.columns else None
-        numeric = values is not None and pd.api.types.is_numeric_dtype(values)
-        if values is not None and (values.isna().any() or (numeric and (~np.isfinite(values.astype(float))).any())):
+        if column in table.columns and not _finite_always(table[column]):
             raise RunError(f"'{csv}' has an empty, infinite or NaN {column}: the run is unusable; re-run the command, "
                            "or restore the file.")
+
+
+def _repeats(table: Any, keys: list[str]) -> bool:
+    """Whether a row repeats the keys of an earlier one, as DataFrame.duplicated says (empty equals empty: pandas'
+    factorize codes), from the codes of each key column: duplicated over a subset cost more than the rest of a
+    small table's check."""
+    import numpy as np
+    import pandas as pd
+
+    codes = np.stack([pd.factorize(table[key].to_numpy())[0] for key in keys], axis=1)  # (rows, keys)
+    return len(np.unique(codes, axis=0)) < len(codes)
+
+
+def _finite_always(values: Any) -> bool:
+    """An always-measured column (a Series) holds no empty cell, NaN or infinity."""
+    import numpy as np
+
+    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "biuf":  # a plain numpy column: NaN is not finite
+        return bool(np.isfinite(values.to_numpy().astype(float)).all())
+    return not values.isna().any() and not (_numeric(values.dtype) and (~np.isfinite(values.astype(float))).any())
 
 
 def is_run(folder: Path) -> bool:

@@ -314,9 +314,15 @@ def collapsed(text: str) -> str:
     return " ".join(text.split())
 
 
+@functools.cache  # each quote's numbers read from its run once, for both tests and every edited copy of its doc
+def quoted(text: str, run: str, values: Callable[[str], list[str]]) -> str:
+    """The quote as the run's files say it should read."""
+    return text.format(*values(run))
+
+
 def stale(doc_text: str, quote: Quote) -> str | None:
     """None when the doc holds the quote with the run's numbers; else what it should hold."""
-    expected = quote.text.format(*quote.values(quote.run))
+    expected = quoted(quote.text, quote.run, quote.values)
     return None if collapsed(expected) in collapsed(doc_text) else expected
 
 
@@ -331,7 +337,7 @@ def test_every_quoted_number_is_the_committed_runs(quote):
 def test_an_edited_number_fails(quote):
     """The check is not vacuous: the doc with any one quoted number changed by one in its last digit fails it."""
     text = collapsed((ROOT / quote.doc).read_text(encoding="utf-8"))
-    expected = collapsed(quote.text.format(*quote.values(quote.run)))
+    expected = collapsed(quoted(quote.text, quote.run, quote.values))
     assert expected in text
     for match in re.finditer(r"\d+(\.\d+)?", expected):
         number = match.group()

@@ -3,6 +3,7 @@ options come in sections, and MODEL's help is the same text, naming every embedd
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -15,6 +16,7 @@ from layerprobe.config import MODEL_HELP
 COMMANDS = [name for name, record in RECORDS.items() if record.cli is not None]  # every command the CLI offers
 
 
+@functools.cache  # angular, prune and heal: their help rendered once for both tests that read it (a str, read only)
 def help_of(*args: str) -> str:
     result = CliRunner().invoke(app, [*args, "--help"], terminal_width=250, max_content_width=250)
     assert result.exit_code == 0, result.output
