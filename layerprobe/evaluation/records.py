@@ -316,14 +316,18 @@ def metric_intervals(wide: Wide, metric: str, rows: Any, task: str, groups: dict
     missing = (Interval.missing(), Interval.missing(), Interval.missing())
     if values is None or UNPRUNED not in values:
         return [missing] * len(rows)
-    tasks = sorted(set(values.index.get_level_values("task")))
-    inside = values.index.get_level_values("task").isin(_scope(metric, task, groups, tasks))
-    scoped = _Rows(values, values, inside)  # the metric's documents, selected once
-    tokens = wide.column("tokens") if stat.kind != "mean" else None  # a ratio's counts
-    tokens = _Rows(tokens, values, inside) if tokens is not None else None
-    beside = [_Rows(wide.column(name), values, inside) if name and wide.column(name) is not None else None
-              for name in (LOGLIK.get(column), MARGINS.get(column))]
-    every = values.index.get_level_values("task").to_numpy()[inside].astype(str)  # fixed-width: np.unique sorts fast
+    subtasks = values.index.get_level_values("task")
+    inside = subtasks.isin(_scope(metric, task, groups, sorted(set(subtasks))))
+
+    def at_documents(name: str | None) -> _Rows | None:
+        """A column of the records at the metric's documents (selected once); None where the records lack it."""
+        table = wide.column(name) if name else None
+        return _Rows(table, values, inside) if table is not None else None
+
+    scoped = at_documents(column)
+    tokens = at_documents("tokens") if stat.kind != "mean" else None  # a ratio's counts
+    beside = [at_documents(LOGLIK.get(column)), at_documents(MARGINS.get(column))]
+    every = subtasks.to_numpy()[inside].astype(str)  # fixed-width strings: np.unique sorts them fast
     known = scoped.known(UNPRUNED)
     out = []
     for row in rows.itertuples():

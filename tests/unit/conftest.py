@@ -1,4 +1,5 @@
-"""The unit tier run alone (`pytest tests/unit`, or paths inside it): the collector's thresholds raised for its process.
+"""The unit tier run alone (`pytest tests/unit`, or paths inside it): the collector's thresholds raised for its
+process, and what lives to the end frozen (below).
 
 With torch, pandas, scipy, statsmodels and matplotlib loaded, each full collection walks millions of objects
 (~0.3 s); at the default thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of
