@@ -113,6 +113,20 @@ def _own_working_directory(tmp_path_factory, monkeypatch):
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
 
 
+@pytest.fixture
+def added():
+    """The dummy's metric and strategy registered (one line each), and removed after."""
+    from layerprobe.evaluation.metric import METRICS, register_metric
+    from layerprobe.strategies import STRATEGIES, register_strategy
+    from tests.data.dummy_command import METRIC, STRATEGY
+
+    register_metric(METRIC)
+    register_strategy(STRATEGY)
+    yield METRIC, STRATEGY
+    METRICS.pop(METRIC.name, None)
+    STRATEGIES.pop(STRATEGY.name, None)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """A user cache of the test module's own (GGUF conversions, the assembled Gemma 3): made once per module."""

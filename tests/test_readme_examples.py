@@ -38,7 +38,7 @@ NOT_RUN = (
     (r"^torchrun|srun |SLURM|--device cuda|--device-map", "needs GPUs or a cluster"),
     (r"reports/smollm2-curve-kl|reports/baseline|exported/|\./SmolLM2|\./checkpoint",
      "reads the output of an earlier example, or the reader's own files"),
-    (r"\btoy\b", "100 blocks x 4 placements: minutes on 2 cores (tests/unit/test_toy.py runs it small)"),
+    (r"\btoy\b", "100 blocks x 4 placements: minutes on 2 cores (tests/test_toy.py runs it small)"),
     (r"\bdemo\b", "the README's 'Run it' line itself (3 minutes; tests/test_demo.py runs it in small)"),
     (r"--task (mmlu|arc_easy)", "lm-eval over 30 variants: tens of minutes on a CPU (tests/test_prune_lmeval.py, "
      "tests/test_mmlu.py run these tasks on tiny models)"),

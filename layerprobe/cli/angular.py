@@ -18,9 +18,9 @@ def angular(
     """Find the blocks that barely change their input, by the angular distance between block inputs.
 
     d(x_l, x_{l+n}) = arccos(cos)/pi for every start l and block size n, in one pass; small = prunable."""
+    config, _ = resolve_settings(COMMAND, given)  # a bad setting refused before torch and the model load
     from layerprobe.commands.angular.run import run_angular
 
-    config, _ = resolve_settings(COMMAND, given)
     with progress_bar() as progress:
         run = call(run_angular, config, progress)
     if run.folder is None:

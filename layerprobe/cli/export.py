@@ -17,12 +17,13 @@ def export(
 ) -> None:
     """Save the model without the chosen layers as a checkpoint that plain from_pretrained loads."""
     from layerprobe.cli.common import fail
-    from layerprobe.commands.export import run_export
 
     base = ExportConfig(model=ModelOptions(model=None)) if given.get("from_curve") else None  # the curve's model
     config, _ = resolve_settings(EXPORT, given, base=base)
     if config.model.model is None and config.from_curve is None:
         raise fail("No MODEL given: pass the model to export (or --from-curve RUN, which names it).")
+    from layerprobe.commands.export import run_export
+
     with progress_bar() as progress:
         done = call(run_export, config, progress)
     gain = done["gain"]

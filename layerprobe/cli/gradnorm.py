@@ -23,7 +23,6 @@ def gradnorm(
     Gradient norm of every block (parameters, input) and its output variance at init or after --steps, per
     placement."""
     from layerprobe.cli.common import fail
-    from layerprobe.commands.gradnorm.run import run_gradnorm
 
     if model is None:
         stray = given_any(given, "model") + (["reinit"] if given.get("reinit") else [])
@@ -31,7 +30,9 @@ def gradnorm(
             flags = ", ".join("--" + name.split(".")[-1].replace("_", "-") for name in stray)
             raise fail(f"{flags}: only with a checkpoint. Pass MODEL, or drop {flags} for the in-house family.")
         given = {**given, "model": None}
-    config, _ = resolve_settings(COMMAND, given)
+    config, _ = resolve_settings(COMMAND, given)  # a bad setting refused before torch and the model load
+    from layerprobe.commands.gradnorm.run import run_gradnorm
+
     with progress_bar() as progress:
         run = call(run_gradnorm, config, progress)
     if run.folder is None:

@@ -15,9 +15,9 @@ def toy(given: dict | None = None) -> None:
     """See how each normalization placement behaves with depth in a residual-MLP toy model, no checkpoint needed.
 
     Norm, 1 - cos, effective rank and gradient norm by depth, with power-law fits over the deep half."""
+    config, _ = resolve_settings(COMMAND, given)  # a bad setting refused before torch loads
     from layerprobe.commands.toy.run import run_toy
 
-    config, _ = resolve_settings(COMMAND, given)
     with progress_bar() as progress:
         run = call(run_toy, config, progress)
     table = Table(title="Log-log slope over the deep half (95% interval); Pre-LN random walk: norm +0.5, 1-cos -1")

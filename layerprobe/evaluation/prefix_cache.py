@@ -16,16 +16,16 @@ the run's summary says why (`prefix_cache`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
-
-import torch
-import torch.nn.functional as F
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.evaluation.taskfree import replay_variant, replayable
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCall, BlockCapture
 from layerprobe.models.layers import is_encoder, text_config
 from layerprobe.models.surgery import tail_only
+
+if TYPE_CHECKING:
+    import torch  # imported where tensors are made: the grouping of token ids (prefix_groups, fed) loads no torch
 
 MIN_PREFIX = 32  # tokens: a shorter common prefix is not worth a cache of its own
 
@@ -152,6 +152,8 @@ class PrefixGroup:
     """One shared prefix: its keys and values for the unpruned model and for every variant."""
 
     def __init__(self, lm: Any, tokens: list[int]) -> None:
+        import torch
+
         model, stack, part = lm.model, lm.stack, lm.part
         ids = torch.tensor([tokens], dtype=torch.long, device=lm.device)
         extra = {"logits_to_keep": 1} if "logits_to_keep" in _parameters(model) else {}
@@ -199,37 +201,40 @@ def group_batch(lm: Any, group: PrefixGroup, width: int, activations: int, budge
     return max(0, min(asked, (budget - group.held_bytes()) // per_row))
 
 
-@torch.no_grad()
 def score_group(lm: Any, group: PrefixGroup, chunk: list, scored: Callable[[int], None]) -> dict:
     """label -> log-probabilities (positions, vocab) at the scored positions of the chunk's rows (the order of
     shared_lm's batches); None = unpruned. Each row runs only its tokens after the prefix."""
+    import torch
+    import torch.nn.functional as F
+
     from layerprobe.internals import pad_and_concat
 
-    model, stack, p = lm.model, lm.stack, group.length
-    inputs = [fed(ctx, cont, lm.max_length) for _, ctx, cont in chunk]
-    lengths = [len(t) - p for t in inputs]  # before padding: pad_and_concat replaces the list's tensors
-    rest = [torch.tensor(t[p:], dtype=torch.long, device=lm.device) for t in inputs]
-    batched = pad_and_concat(max(lengths), rest, padding_side="right")  # (batch, width)
-    spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, (_, _, c)) in enumerate(zip(lengths, chunk))]
-    index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(lm.device)
-    cache = filled(group.base, len(chunk))
-    with BlockCapture(stack, keep_calls=True) as capture:
-        logits = model(batched, **{cache_argument(model): cache}, use_cache=True).logits  # (batch, width, vocab)
-        states, calls = list(capture.states), list(capture.calls)
-    out = {None: F.log_softmax(logits.reshape(-1, logits.shape[-1]).index_select(0, index), dim=-1,
-                               dtype=lm.softmax_dtype)}
-    del logits
-    scored(1)
-    tokens = sum(lengths)
-    lm.block_tokens += tokens * len(stack)
+    with torch.no_grad():
+        model, stack, p = lm.model, lm.stack, group.length
+        inputs = [fed(ctx, cont, lm.max_length) for _, ctx, cont in chunk]
+        lengths = [len(t) - p for t in inputs]  # before padding: pad_and_concat replaces the list's tensors
+        rest = [torch.tensor(t[p:], dtype=torch.long, device=lm.device) for t in inputs]
+        batched = pad_and_concat(max(lengths), rest, padding_side="right")  # (batch, width)
+        spans = [(i * batched.shape[1] + n - len(c), len(c)) for i, (n, (_, _, c)) in enumerate(zip(lengths, chunk))]
+        index = torch.cat([torch.arange(s, s + k) for s, k in spans]).to(lm.device)
+        cache = filled(group.base, len(chunk))
+        with BlockCapture(stack, keep_calls=True) as capture:
+            logits = model(batched, **{cache_argument(model): cache}, use_cache=True).logits  # (batch, width, vocab)
+            states, calls = list(capture.states), list(capture.calls)
+        out = {None: F.log_softmax(logits.reshape(-1, logits.shape[-1]).index_select(0, index), dim=-1,
+                                   dtype=lm.softmax_dtype)}
+        del logits
+        scored(1)
+        tokens = sum(lengths)
+        lm.block_tokens += tokens * len(stack)
 
-    def hidden_of(variant: Variant) -> torch.Tensor:
-        own = filled(group.variants[variant.label], len(chunk))
-        lm.block_tokens += tokens * blocks_run(variant, len(stack), lm.part)
-        return replay_variant(model, stack, with_cache(calls, group.key, own), states, variant, lm.part)
+        def hidden_of(variant: Variant) -> torch.Tensor:
+            own = filled(group.variants[variant.label], len(chunk))
+            lm.block_tokens += tokens * blocks_run(variant, len(stack), lm.part)
+            return replay_variant(model, stack, with_cache(calls, group.key, own), states, variant, lm.part)
 
-    tail_logprobs(lm, capture, list(lm.variants), hidden_of, index, out, scored)
-    return out
+        tail_logprobs(lm, capture, list(lm.variants), hidden_of, index, out, scored)
+        return out
 
 
 def chunks(rows: list, size: int) -> Iterator[list]:
@@ -241,6 +246,9 @@ def tail_logprobs(lm: Any, capture: BlockCapture, variants: list[Variant], hidde
                   out: dict, scored: Callable[[int], None]) -> None:
     """out[label] = log-probabilities at the scored positions of each variant, from hidden_of(variant) (the last
     block's output) through the model's own tail (final norm, head)."""
+    import torch
+    import torch.nn.functional as F
+
     dummy = torch.zeros(index.numel(), 1, dtype=torch.long, device=lm.device)
     with torch.no_grad(), tail_only(lm.model, lm.stack) as replay:
         replay.like(capture)

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from layerprobe.evaluation.metric import METRICS
 from layerprobe.evaluation.variants import Variant
 from layerprobe.hooks import BlockCapture, produced_inside, replay_from
 from layerprobe.models.layers import BlockStack
 from layerprobe.models.surgery import removed, removed_sublayers, tail_only
+
+if TYPE_CHECKING:
+    import torch  # imported where a tensor is made or tested: a reader of taskfree's names (repair.loop, the curve
+    # command's checks) loads no torch
 
 
 def _none(scored: int) -> None:
@@ -83,7 +85,7 @@ def add_baseline(metric: str, original: torch.Tensor, ids: torch.Tensor, sums: S
     not a variant."""
     if not METRICS[metric].zero_baseline:
         sums.add(None, metric_rows(metric, original, original, ids))
-    elif not bool(torch.isfinite(original).all()):
+    elif not bool(original.isfinite().all()):
         sums.add(None, (float("nan"), 0))
 
 

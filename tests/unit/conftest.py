@@ -1,5 +1,6 @@
-"""The unit tier run alone (`pytest tests/unit`, or paths inside it): the collector's thresholds raised for its
-process, and what lives to the end frozen (below).
+"""The unit tier run alone (`pytest tests/unit`, or paths inside it): no torch or transformers (a test that needs them
+belongs in tests/, the default tier: importing torch was 2 s of the tier's time), the collector's thresholds raised
+for its process, and what lives to the end frozen (below).
 
 With torch, pandas, scipy, statsmodels and matplotlib loaded, each full collection walks millions of objects
 (~0.3 s); at the default thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of
@@ -10,6 +11,7 @@ where the session holds the other tiers' tests too (their models' tensors are no
 from __future__ import annotations
 
 import gc
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,9 +25,22 @@ def _unit_tier_alone(config) -> bool:
     return bool(paths) and all(path.is_relative_to(UNIT) for path in paths)
 
 
+class _NoTorch:
+    """An import of torch or transformers, refused with a RuntimeError (an ImportError would be taken by code that
+    treats the package as optional, and pass unseen)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise RuntimeError(f"the unit tier loads no {name.split('.')[0]} (tests/unit/conftest.py): move the test "
+                               "that needs it to tests/, the default tier, or import it lazily in the module it reached")
+        return None
+
+
 def pytest_configure(config):
     if _unit_tier_alone(config):
         gc.set_threshold(50_000, 50, 50)
+        if "torch" not in sys.modules:  # a plugin or a path given beside tests/unit has not loaded it already
+            sys.meta_path.insert(0, _NoTorch())
 
 
 def pytest_collection_finish(session):

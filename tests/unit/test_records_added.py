@@ -1,32 +1,18 @@
 """A CSV column, a task-free metric and a curve strategy, each added by its record and its own code alone (issue 52):
 the dummy package (tests/data/dummy_command) declares them and no module of layerprobe names them, yet the run
-writes the column, docs/outputs.md lists it, `prune --task` scores the metric with its own tolerance, and
---strategies, export's --strategy and the curve plot take the strategy. (tests/test_curve.py runs a curve with both
-on a tiny model.)"""
+writes the column, docs/outputs.md lists it, `prune --task` takes the metric where its record says, and
+--strategies, export's --strategy and the curve plot take the strategy. (The metric scored on tensors:
+tests/test_added_metric.py; a curve with both on a tiny model: tests/test_curve.py. The `added` fixture:
+tests/conftest.py.)"""
 
 from __future__ import annotations
 
 import ast
 
 import pytest
-import torch
 
 from layerprobe.errors import ConfigError
 from tests.helpers import package_nodes
-
-
-@pytest.fixture
-def added():
-    """The dummy's metric and strategy registered (one line each), and removed after."""
-    from layerprobe.evaluation.metric import METRICS, register_metric
-    from layerprobe.strategies import STRATEGIES, register_strategy
-    from tests.data.dummy_command import METRIC, STRATEGY
-
-    register_metric(METRIC)
-    register_strategy(STRATEGY)
-    yield METRIC, STRATEGY
-    METRICS.pop(METRIC.name, None)
-    STRATEGIES.pop(STRATEGY.name, None)
 
 
 def test_no_module_of_layerprobe_names_the_added_records():
@@ -55,26 +41,6 @@ def test_the_added_column_is_written_and_documented(tmp_path, monkeypatch):
         for registry, key in ((COMMANDS, "dummy"), (KINDS, "dummy"), (SUMMARIES, "dummy"), (TABLES, "dummy.csv"),
                               (TABLES, "dummy-copy.csv")):
             registry.pop(key, None)
-
-
-def test_the_added_metric_is_scored_by_its_own_function_and_tolerance(added):
-    from layerprobe.commands.prune.sweeps import task_kind
-    from layerprobe.evaluation.metric import has_baseline, tolerance_edge, within
-    from layerprobe.evaluation.taskfree import add_baseline, metric_rows, Sums
-
-    torch.manual_seed(0)
-    original, pruned, ids = torch.randn(2, 3, 5), torch.randn(2, 3, 5), torch.zeros(2, 3, dtype=torch.long)
-    total, count, rows = metric_rows("absdiff", original, pruned, ids)
-    by_hand = [[sum(abs(float(pruned[s, t, d]) - float(original[s, t, d])) / 5 for d in range(5)) for t in range(3)]
-               for s in range(2)]  # a plain loop over the entries
-    assert count == 6 and total == pytest.approx(sum(map(sum, by_hand)), rel=1e-12)
-    assert [r[0] for r in rows] == pytest.approx([sum(r) for r in by_hand], rel=1e-12) and [r[1] for r in rows] == [3, 3]
-    sums = Sums()
-    add_baseline("absdiff", original, ids, sums)
-    assert sums.baseline == [0.0, 0]  # zero_baseline: the model against itself is 0, nothing to score
-    assert task_kind("absdiff") == "taskfree" and not has_baseline("absdiff")
-    assert tolerance_edge("absdiff", False, 0.0, 0.9) == pytest.approx(0.1)  # its own rule, 1 - keep
-    assert within("absdiff", False, 0.0, 0.05, 0.9) and not within("absdiff", False, 0.0, 0.2, 0.9)
 
 
 def test_the_added_metric_is_an_option_where_its_record_says(added):

@@ -6,7 +6,6 @@ records (tests/data/demo) copied and damaged by hand; no model is loaded.
 - a curve's own check (its record's Kind.check, run by load_run for every reader) names the damage, file, row and
   column, before export or heal --from-curve names a strategy;
 - compare's note names what a setting came to (Mark.recorded: the seq_len used), not only what was asked;
-- toy --overwrite of another command's run is refused before anything is measured;
 - --overwrite of an older run (no file list) is refused, nothing removed: its files cannot be told from a user's.
 """
 
@@ -101,23 +100,6 @@ def test_the_demo_minilm_angular_without_lens_tokens_compares_without_a_note(tmp
     (fresh / "manifest.json").write_text(json.dumps(manifest))
     result = compare_folders(str(DEMO_REFERENCE / "angular"), str(fresh))
     assert result.notes == [] and result.exit_code == 0, result.notes
-
-
-def test_toy_overwrite_of_another_commands_run_is_refused_before_measuring(tmp_path):
-    from layerprobe.commands.toy.run import run_toy
-    from layerprobe.config import ToyConfig
-
-    gradnorm = tmp_path / "gradnorm"
-    shutil.copytree(DEMO_REFERENCE / "gradnorm", gradnorm)
-    manifest = json.loads((gradnorm / "manifest.json").read_text())
-    manifest["files"] = sorted(p.name for p in gradnorm.iterdir())
-    (gradnorm / "manifest.json").write_text(json.dumps(manifest))
-    before = sorted(p.name for p in gradnorm.iterdir())
-    measured = []
-    with pytest.raises(RunError, match="holds a gradnorm run, not a toy run"):
-        run_toy(ToyConfig(depth=2, width=2, samples=2, out=str(gradnorm), overwrite=True),
-                lambda *args: measured.append(args))
-    assert measured == [] and sorted(p.name for p in gradnorm.iterdir()) == before
 
 
 def test_overwrite_of_an_older_run_is_refused_with_nothing_removed(tmp_path):

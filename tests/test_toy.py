@@ -1,8 +1,12 @@
-"""The toy residual-MLP model: statistics against direct computations, placements against their formulas."""
+"""The toy residual-MLP model: statistics against direct computations, placements against their formulas; toy
+--overwrite of another command's run refused before anything is measured (the replay after round 5, issue 47).
+Default tier: the toy is a torch model."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -14,9 +18,10 @@ from layerprobe.cli import app
 from layerprobe.metrics.stats import effective_rank
 from layerprobe.commands.toy.run import ToyModel, measure_toy as measure
 from layerprobe.config import ToyConfig
+from layerprobe.errors import RunError
 from layerprobe.metrics.stats import power_law
 
-from tests.helpers import assert_error
+from tests.helpers import DEMO_REFERENCE, assert_error
 
 runner = CliRunner()
 
@@ -111,3 +116,20 @@ def test_measure_matches_direct_computation():
 def test_toy_bad_input(args, needle, tmp_path):
     result = runner.invoke(app, ["toy", *args, "--out", str(tmp_path / "t")])
     assert_error(result, needle)
+
+
+def test_toy_overwrite_of_another_commands_run_is_refused_before_measuring(tmp_path):
+    from layerprobe.commands.toy.run import run_toy
+    from layerprobe.config import ToyConfig
+
+    gradnorm = tmp_path / "gradnorm"
+    shutil.copytree(DEMO_REFERENCE / "gradnorm", gradnorm)
+    manifest = json.loads((gradnorm / "manifest.json").read_text())
+    manifest["files"] = sorted(p.name for p in gradnorm.iterdir())
+    (gradnorm / "manifest.json").write_text(json.dumps(manifest))
+    before = sorted(p.name for p in gradnorm.iterdir())
+    measured = []
+    with pytest.raises(RunError, match="holds a gradnorm run, not a toy run"):
+        run_toy(ToyConfig(depth=2, width=2, samples=2, out=str(gradnorm), overwrite=True),
+                lambda *args: measured.append(args))
+    assert measured == [] and sorted(p.name for p in gradnorm.iterdir()) == before
