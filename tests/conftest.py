@@ -109,8 +109,11 @@ def corpus_file(tmp_path_factory) -> Path:
 @pytest.fixture(autouse=True)
 def _own_working_directory(tmp_path_factory, monkeypatch):
     """Every test runs in a working directory of its own: a default run folder (reports/<model>/...) never lands
-    in the clone."""
-    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
+    in the clone. Made by mkdtemp under the session's temp folder (cleaned as pytest cleans it): mktemp's numbered
+    name lists the folder each time, which grows with every test."""
+    import tempfile
+
+    monkeypatch.chdir(tempfile.mkdtemp(prefix="cwd-", dir=tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture

@@ -1,12 +1,11 @@
 """A command's name is written once, in its record (issue 52): the functions that prepare, check and write a run
 folder and resolve its settings take the record (commands.Command), and write_run puts its name in summary.json
-and manifest.json. This scans the package's source, so a name typed again at a call fails here."""
+and manifest.json. The scan (named_in) is tried here on a snippet; tests/test_source_scans.py runs it over the
+package's source (a parse of all of it, ~1 s: the default tier), so a name typed again at a call fails there."""
 
 from __future__ import annotations
 
 import ast
-
-from tests.helpers import package_nodes
 
 # function -> the position of its `command` argument (the record)
 TAKE_THE_RECORD = {"write_run": 1, "prepare_run_dir": 3, "resolve_settings": 0, "check_resume": 1, "check_owned": 1,
@@ -38,13 +37,6 @@ def named_in(nodes, where: str) -> list[str]:
             if literal is not None:
                 found.append(f"{where}:{node.lineno} {name}(... {literal!r} ...)")
     return found
-
-
-def test_no_command_name_is_typed_where_its_record_is_meant():
-    found = []
-    for where, nodes in package_nodes():  # every module of the package, parsed once per session (tests/helpers.py)
-        found += named_in(nodes, where)
-    assert not found, "a command's name typed again (pass its record, commands.Command):\n" + "\n".join(found)
 
 
 def test_the_scan_finds_a_name_typed_again():
