@@ -11,6 +11,7 @@ where the session holds the other tiers' tests too (their models' tensors are no
 from __future__ import annotations
 
 import gc
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -26,14 +27,18 @@ def _unit_tier_alone(config) -> bool:
 
 
 class _NoTorch:
-    """An import of torch or transformers, refused with a RuntimeError (an ImportError would be taken by code that
-    treats the package as optional, and pass unseen)."""
+    """Torch and transformers, found (a library asking whether they are installed hears yes) but refused when imported,
+    with a RuntimeError: an ImportError would be taken by code that treats the package as optional, and pass unseen."""
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers"):
-            raise RuntimeError(f"the unit tier loads no {name.split('.')[0]} (tests/unit/conftest.py): move the test "
-                               "that needs it to tests/, the default tier, or import it lazily in the module it reached")
+        return importlib.util.spec_from_loader(name, self) if name.split(".")[0] in ("torch", "transformers") else None
+
+    def create_module(self, spec):
         return None
+
+    def exec_module(self, module):
+        raise RuntimeError(f"the unit tier loads no {module.__name__.split('.')[0]} (tests/unit/conftest.py): move the "
+                           "test that needs it to tests/, the default tier, or import it lazily where it was reached")
 
 
 def pytest_configure(config):
