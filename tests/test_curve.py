@@ -181,7 +181,7 @@ def test_compare_judges_curve_scores(model_dirs, tmp_path):
 
 def test_a_metric_and_a_strategy_added_by_record_alone_run_a_curve(model_dirs, tmp_path):
     """The dummy's metric (absdiff) and strategy (front), registered by one line each and named by no module of
-    layerprobe (tests/unit/test_records_added.py), run a whole curve: front's sets are the first k layers and every
+    layerprobe (tests/test_source_scans.py), run a whole curve: front's sets are the first k layers and every
     score matches a hand-written mean |h_pruned - h| of an independently shortened copy."""
     from layerprobe.evaluation.metric import METRICS, register_metric
     from layerprobe.strategies import STRATEGIES, register_strategy

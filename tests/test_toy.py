@@ -120,7 +120,6 @@ def test_toy_bad_input(args, needle, tmp_path):
 
 def test_toy_overwrite_of_another_commands_run_is_refused_before_measuring(tmp_path):
     from layerprobe.commands.toy.run import run_toy
-    from layerprobe.config import ToyConfig
 
     gradnorm = tmp_path / "gradnorm"
     shutil.copytree(DEMO_REFERENCE / "gradnorm", gradnorm)

@@ -2,10 +2,10 @@
 belongs in tests/, the default tier: importing torch was 2 s of the tier's time), the collector's thresholds raised
 for its process, and what lives to the end frozen (below).
 
-With torch, pandas, scipy, statsmodels and matplotlib loaded, each full collection walks millions of objects
-(~0.3 s); at the default thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of
-collecting (timed with gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end),
-2.2 s in all. Garbage with cycles is still collected, later; reference counting frees the rest at once. Left alone
+With torch, pandas, scipy, statsmodels and matplotlib loaded (as the tier did until session 22 of 2026-11-28, when
+torch left it; not measured again since), each full collection walked millions of objects (~0.3 s); at the default
+thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of collecting (timed with
+gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end), 2.2 s in all. Garbage with cycles is still collected, later; reference counting frees the rest at once. Left alone
 where the session holds the other tiers' tests too (their models' tensors are not kept waiting for a collection)."""
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class _NoTorch:
 def pytest_configure(config):
     if _unit_tier_alone(config):
         gc.set_threshold(50_000, 50, 50)
-        if "torch" not in sys.modules:  # a plugin or a path given beside tests/unit has not loaded it already
+        if "torch" not in sys.modules:  # not loaded already: with -n, tests/conftest.py loads it in each worker
+            # before this runs, and the guard stays off there
             sys.meta_path.insert(0, _NoTorch())
 
 

@@ -1,9 +1,12 @@
 """Every declared column of every record is enforced by its kind in the one reader (runs/read.py read_table; issue 47
 rule 3): a count or index (Column.whole) holds a finite whole number >= 0 (NaN, infinity, -1 or 1.5 refused; empty
 only where the column is optional), a yes/no column (Column.words) True or False, a number column holds numbers, an always-measured one is never NaN, a key never
-repeats. Each refusal is one line naming the file, the row and the column. Tried on every column of every registered
-table, from a table built here from the declarations, written to disk and read back. A number column holds no infinity and no written-out NaN (nan, NA,
-null: layerprobe leaves a number it did not measure empty), and is empty only where declared `optional` or `gaps`."""
+repeats. Each refusal is one line naming the file, the row and the column. A number column holds no infinity and no
+written-out NaN (nan, NA, null: layerprobe leaves a number it did not measure empty), and is empty only where declared
+`optional` or `gaps`. Tried here on one column of each kind with every value its kind refuses (every other column
+of every registered table with its own: tests/test_column_kinds_every_column.py, the default tier), and every
+column's values taken and every table's repeated keys, from a table built here from the declarations, written to
+disk and read back."""
 
 from __future__ import annotations
 

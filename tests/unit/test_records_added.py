@@ -1,8 +1,7 @@
 """A CSV column, a task-free metric and a curve strategy, each added by its record and its own code alone (issue 52):
 the dummy package (tests/data/dummy_command) declares them and no module of layerprobe names them (checked in
-tests/test_source_scans.py), yet the run
-writes the column, docs/outputs.md lists it, `prune --task` takes the metric where its record says, and
---strategies, export's --strategy and the curve plot take the strategy. (The metric scored on tensors:
+tests/test_source_scans.py), yet the run writes the column, docs/outputs.md lists it, `prune --task` takes the
+metric where its record says, and --strategies, export's --strategy and the curve plot take the strategy. (The metric scored on tensors:
 tests/test_added_metric.py; a curve with both on a tiny model: tests/test_curve.py. The `added` fixture:
 tests/conftest.py.)"""
 

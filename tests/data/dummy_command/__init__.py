@@ -4,7 +4,8 @@
 summary.json; report and compare read its runs through its Kind, whose findings, table and comparer live in read.py,
 named from the record as 'module:function' (the built-ins' way); docs/outputs.md lists its keys and columns.
 
-It also adds, each by its record and its own function here alone (tests/unit/test_records_added.py): a column of
+It also adds, each by its record and its own function here alone (tests/unit/test_records_added.py,
+tests/test_added_metric.py; tests/test_source_scans.py finds no module of layerprobe naming them): a column of
 dummy.csv (SQUARED: its Column in the record, its value in run_dummy), a task-free prune metric (METRIC: `prune
 --task absdiff`, one register_metric line) and a removal strategy of `prune --curve` (STRATEGY: `--strategies front`,
 one register_strategy line). No module of layerprobe names any of them."""
