@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_column_kinds import CASES, UNIT_CASES, kind_of, refuses_by_kind
+from tests.unit.test_column_kinds import CASES, UNIT_CASES, checked, refuses_by_kind
 
-OTHERS = [(file, column) for file, column in CASES if kind_of(column) and (file, column) not in UNIT_CASES]
+OTHERS = [(file, column) for file, column in CASES if checked(column) and (file, column) not in UNIT_CASES]
 
 
 @pytest.mark.parametrize("file, column", OTHERS, ids=[f"{f}:{c.name}" for f, c in OTHERS])

@@ -256,6 +256,16 @@ class Wide:
         return self.cache[name]
 
 
+def wide_of(records: Any) -> Wide | None:
+    """The records by column: a Wide as it is (built once per run's decisions and passed on), else one built from
+    the rows (a list of dicts, or their DataFrame); None without records."""
+    if isinstance(records, Wide):
+        return records
+    if records is None or (hasattr(records, "empty") and records.empty) or (isinstance(records, list) and not records):
+        return None
+    return Wide(records if hasattr(records, "columns") else frame(records))
+
+
 def _scope(metric: str, task: str, groups: dict, tasks: list[str]) -> list[str]:
     """The leaf tasks whose documents a metric label is computed over."""
     scope = metric.split("/", 1)[1] if "/" in metric else task
@@ -439,7 +449,7 @@ def _fill(columns: dict[str, np.ndarray], table: Any, records: Any, task: str, g
           family: str, cluster: str) -> None:
     """add_intervals' columns (one entry per row of `table`, in its order) from the records, in place."""
     main = main if main is not None else (str(table["metric"].iloc[0]) if len(table) else None)
-    wide = records if isinstance(records, Wide) else Wide(frame(records))
+    wide = wide_of(records)
     found: dict = {}
     tested = []
     for metric, rows in table.groupby("metric", sort=False):
@@ -473,9 +483,9 @@ def interval_estimand(records: Any, metric: str, task: str, groups: dict | None,
     """Which standard error prune.csv's intervals of `metric` carry: the subtasks its documents fall in, and whether
     they are clustered by subtask (cluster 'subtask' with at least MIN_CLUSTERS of them), stratified by subtask, or
     per document (one task); None without records or for a score that is not a mean (ppl, kl, drift: sequences)."""
-    if not records:
+    wide = wide_of(records)
+    if wide is None:
         return None
-    wide = records if isinstance(records, Wide) else Wide(records if hasattr(records, "columns") else frame(records))
     column, stat = statistic(metric)
     values = wide.column(column)
     if values is None or UNPRUNED not in values or stat.kind != "mean":
@@ -517,9 +527,9 @@ def paired_change(wide: Wide, column: str, stat: Statistic, before: str, after: 
 def healed_intervals(records: list[dict] | None, metric: str, labels: list[str]) -> dict[str, tuple[Interval, Interval]]:
     """A healed curve: per set label, (healed score - the unpruned model healed alike, healed score - the set's
     unhealed score), each with its paired interval over the probe sequences; sets without healed records left out."""
-    if not records:
+    wide = wide_of(records)
+    if wide is None:
         return {}
-    wide = Wide(frame(records))
     column, stat = statistic(metric)
     values = wide.column(column)
     reference = healed_label("")

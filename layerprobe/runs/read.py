@@ -212,6 +212,8 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
     columns its rows are keyed and always measured by, no row key
     twice, and (with `finite`) no NaN or infinity where a number is always measured: such a run is unusable, for
     report, compare (exit 2, never a REGRESSION verdict on it) and every command reading it alike."""
+    import numpy as np
+
     with open(csv, "rb") as handle:
         handle.seek(max(csv.stat().st_size - 1, 0))
         last = handle.read(1)
@@ -237,8 +239,9 @@ def check_table(csv: Path, table: Any, finite: bool = True) -> None:
         where = ", ".join(f"{k}={row[k]}" for k in keys)
         raise RunError(f"'{csv}' row {_first_row(twice)} repeats the row ({where}) (columns {', '.join(keys)}): "
                        "re-run the command, or restore the file.")
-    for column in _columns(csv.name, "always") if finite else ():
-        if column in table.columns and not _finite_always(table[column]):
+    always = [c for c in _columns(csv.name, "always") if c in table.columns] if finite else []
+    for column, values in _floats(table, always).items():  # numbers, as check_numbers found them: empty is NaN
+        if not np.isfinite(values).all():
             raise RunError(f"'{csv}' has an empty, infinite or NaN {column}: the run is unusable; re-run the command, "
                            "or restore the file.")
 
@@ -252,15 +255,6 @@ def _repeats(table: Any, keys: list[str]) -> bool:
 
     codes = np.stack([pd.factorize(table[key].to_numpy())[0] for key in keys], axis=1)  # (rows, keys)
     return len(np.unique(codes, axis=0)) < len(codes)
-
-
-def _finite_always(values: Any) -> bool:
-    """An always-measured column (a Series) holds no empty cell, NaN or infinity."""
-    import numpy as np
-
-    if isinstance(values.dtype, np.dtype) and values.dtype.kind in "biuf":  # a plain numpy column: NaN is not finite
-        return bool(np.isfinite(values.to_numpy().astype(float)).all())
-    return not values.isna().any() and not (_numeric(values.dtype) and (~np.isfinite(values.astype(float))).any())
 
 
 def is_run(folder: Path) -> bool:

@@ -5,8 +5,9 @@ for its process, and what lives to the end frozen (below).
 With torch, pandas, scipy, statsmodels and matplotlib loaded (as the tier did until session 22 of 2026-11-28, when
 torch left it; not measured again since), each full collection walked millions of objects (~0.3 s); at the default
 thresholds (700, 10, 10) the tier's imports and tests ran 13 of them, 3.8 of its 4.6 s of collecting (timed with
-gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end), 2.2 s in all. Garbage with cycles is still collected, later; reference counting frees the rest at once. Left alone
-where the session holds the other tiers' tests too (their models' tensors are not kept waiting for a collection)."""
+gc.callbacks). At (50000, 50, 50) from the start, 3 (two of them pytest's own at the end), 2.2 s in all. Garbage
+with cycles is still collected, later; reference counting frees the rest at once. Left alone where the session
+holds the other tiers' tests too (their models' tensors are not kept waiting for a collection)."""
 
 from __future__ import annotations
 

@@ -57,28 +57,21 @@ def test_a_whole_table_of_every_record_reads(file, tmp_path):
 CASES = [(file, column) for file, column in declared()]
 
 
-def kind_of(column) -> tuple | None:
-    """The reader's rule for a column: what its check refuses and takes depends on this alone (kinds, below)."""
-    if column.whole or column.words:
-        return ("whole" if column.whole else "words", bool(column.optional))
-    if column.number:
-        return ("always",) if column.always else ("number", bool(column.optional or column.gaps))
-    return None  # free text
+def checked(column) -> bool:
+    """A column the reader checks by kind: numbers or words (free text takes anything; a key's repeats: below)."""
+    return bool(column.number or column.words)
 
 
 def one_of_each_kind(cases) -> list:
-    """The first declared column of each kind: every rule of the reader, each refused value put in (and every
-    spelling of a written-out NaN where the kind refuses one): the unit tier's share of the damaged files, 36 of
-    the 661 the columns' own values make. Every other column, with its own values: in the default tier,
-    tests/test_column_kinds_every_column.py."""
+    """The first declared column of each kind (the values kinds() gives it): every rule of the reader, each refused
+    value put in (and every spelling of a written-out NaN where the kind refuses one): the unit tier's share of the
+    damaged files, 36 of the 661 the columns' own values make. Every other column, with its own values: in the
+    default tier, tests/test_column_kinds_every_column.py."""
     first = {}
     for file, column in cases:
-        if kind_of(column):
-            first.setdefault(kind_of(column), (file, column))
+        if checked(column):
+            first.setdefault(repr(kinds(column)), (file, column))
     return list(first.values())
-
-
-UNIT_CASES = one_of_each_kind(CASES)
 
 
 SPELLED = ("nan", "NaN", "NA", "null")  # a NaN written out: read as text (keep_default_na=False), like "abc"
@@ -101,6 +94,9 @@ def kinds(column, position: int = 0) -> tuple[list, list]:
     gaps = column.optional or column.gaps  # left empty where not measured: declared per column
     return (["abc", math.inf, -math.inf, spelled] + ([] if gaps else [math.nan]),
             [1.5, -2.0] + ([math.nan] if gaps else []))
+
+
+UNIT_CASES = one_of_each_kind(CASES)
 
 
 @functools.cache  # read only: damaged() copies the rows it changes

@@ -444,11 +444,13 @@ def test_cluster_subtask_gives_statsmodels_intervals_and_holm_flags_in_prune_csv
 
 def test_the_findings_name_the_estimand_in_words():
     records, rows, groups, _, _ = _grouped(12)
-    none = add_intervals(rows, records, "g", groups, "acc", cluster="none")  # --cluster none's flags, for both
+    tables = {cluster: add_intervals(rows, records, "g", groups, "acc", cluster=cluster)
+              for cluster in ("subtask", "none")}
+    none = tables["none"]  # --cluster none's flags: the comparison beside, for both
     for cluster, words in (("subtask", "cluster-robust by subtask (CR1, Student's t with 11 df over the 12 "
                                        "subtasks, --cluster subtask"),
                            ("none", "treat the 12 subtasks as fixed strata")):
-        table = add_intervals(rows, records, "g", groups, "acc", cluster=cluster) if cluster != "none" else none
+        table = tables[cluster]
         s = {"model": "m", "task": "g", "metric": "acc", "higher_is_better": True, "block": 1,
              "baseline": float(table["baseline"].iloc[0]), "records": "samples.csv.gz",
              **prune_decisions(table, records, "g", "acc", "main", cluster, groups)}

@@ -29,14 +29,10 @@ POINT_RULE = "exploratory: the point estimate within the tolerance, no error con
 
 
 def _wide(records: Any) -> Any:
-    """The records by column (evaluation/records.py Wide), built once per run's decisions and passed on as it is."""
-    from layerprobe.evaluation import records as records_file
+    """The records by column (evaluation/records.py wide_of), built once per run's decisions and passed on as it is."""
+    from layerprobe.evaluation.records import wide_of
 
-    if isinstance(records, records_file.Wide):
-        return records
-    if records is None or (hasattr(records, "empty") and records.empty) or (isinstance(records, list) and not records):
-        return None
-    return records_file.Wide(records if hasattr(records, "columns") else records_file.frame(records))
+    return wide_of(records)
 
 
 def documents(records: Any, metric: str) -> int:
